@@ -1,0 +1,25 @@
+"""Masked-LM loss and accuracy over the gathered masked positions, weighted explicitly."""
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Array = jax.Array
+
+
+def mlm_loss(
+    logits_BxPxV: Array, masked_lm_ids_BxP: Array, masked_lm_weights_BxP: Array
+) -> tuple[Array, dict[str, Array]]:
+    """Weighted mean cross-entropy over masked positions (float32), plus accuracy.
+
+    `masked_lm_weights` is 1 for every selected position (whether it became [MASK], a random
+    token or stayed unchanged) and 0 for padding, so all selected tokens are predicted.
+    """
+    logits_BxPxV = logits_BxPxV.astype(jnp.float32)
+    weights_BxP = masked_lm_weights_BxP.astype(jnp.float32)
+    xent_BxP = optax.softmax_cross_entropy_with_integer_labels(logits_BxPxV, masked_lm_ids_BxP)
+    denom = jnp.maximum(weights_BxP.sum(), 1e-6)
+    loss = (xent_BxP * weights_BxP).sum() / denom
+    correct_BxP = (logits_BxPxV.argmax(-1) == masked_lm_ids_BxP).astype(jnp.float32)
+    accuracy = (correct_BxP * weights_BxP).sum() / denom
+    return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": weights_BxP.sum()}

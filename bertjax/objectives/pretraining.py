@@ -1,0 +1,62 @@
+"""BERT pretraining objective: MLM + NSP (NSP dropped when the data has it switched off)."""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from bertjax.models.bert import BertConfig, BertForPreTraining
+from bertjax.objectives.mlm import mlm_loss
+from bertjax.objectives.nsp import nsp_loss
+from bertjax.objectives.task import PretrainingTask
+
+Array = jax.Array
+
+
+def bert_pretraining_loss(
+    params: Any, batch: dict[str, Array], rng: Array, apply_fn: Callable, use_nsp: bool = True
+) -> tuple[Array, dict[str, Array]]:
+    """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for BertForPreTraining.
+
+    `rng` drives dropout; pass None for a deterministic (evaluation) forward pass.
+    """
+    deterministic = rng is None
+    outputs = apply_fn(
+        {"params": params},
+        batch["input_ids"],
+        batch["segment_ids"],
+        batch["input_mask"],
+        batch["masked_lm_positions"],
+        deterministic=deterministic,
+        rngs=None if deterministic else {"dropout": rng},
+    )
+    loss, metrics = mlm_loss(
+        outputs["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"]
+    )
+    if use_nsp:
+        nsp, nsp_metrics = nsp_loss(outputs["nsp_logits"], batch["next_sentence_label"])
+        loss = loss + nsp
+        metrics = {**metrics, **nsp_metrics}
+    return loss, {**metrics, "loss": loss}
+
+
+def bert_pretraining_task(config: BertConfig, use_nsp: bool = True) -> PretrainingTask:
+    """BERT's MLM (+ NSP) pretraining task for the training loop."""
+    model = BertForPreTraining(config)
+
+    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+        return model.init(
+            {"params": rng, "dropout": rng},
+            batch["input_ids"],
+            batch["segment_ids"],
+            batch["input_mask"],
+            batch["masked_lm_positions"],
+        )
+
+    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+        return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp)
+
+    progress = (("loss", "loss"), ("mlm_accuracy", "mlm_acc"))
+    if use_nsp:
+        progress += (("nsp_accuracy", "nsp_acc"),)
+    return PretrainingTask("bert", model, init_variables, loss_fn, progress)

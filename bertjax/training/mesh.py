@@ -1,0 +1,77 @@
+"""Device mesh with axes (data, fsdp, model) and shardings derived from logical axis names.
+
+All mesh axes are `AxisType.Auto`: shardings are stated at the jit boundary and by logical
+constraints inside the model, and XLA's partitioner propagates the rest. (This JAX release's
+`jax.make_mesh` would otherwise default to Explicit axes, which require every op to have an
+unambiguous sharding in its type; the logical-rules style of flax linen assumes Auto.)
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from bertjax.layers.partitioning import MESH_AXES
+
+
+class MeshError(ValueError):
+    """A mesh shape that does not fit the devices or the batch."""
+
+
+def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, model: int = 1) -> tuple:
+    """Resolve one -1 entry so that data * fsdp * model == num_devices."""
+    dims = [data, fsdp, model]
+    if dims.count(-1) > 1:
+        raise MeshError("only one of mesh data/fsdp/model may be -1 (fill the remaining devices)")
+    known = int(np.prod([d for d in dims if d != -1]))
+    if -1 in dims:
+        if num_devices % known:
+            raise MeshError(
+                f"{num_devices} devices do not divide into fsdp*model={known}: "
+                "change make_mesh.fsdp / make_mesh.model"
+            )
+        dims[dims.index(-1)] = num_devices // known
+    if int(np.prod(dims)) != num_devices:
+        raise MeshError(
+            f"mesh data={dims[0]} fsdp={dims[1]} model={dims[2]} needs {int(np.prod(dims))} "
+            f"devices but {num_devices} are available: set make_mesh.data=-1 to fill them"
+        )
+    return tuple(dims)
+
+
+def make_mesh(
+    data: int = -1, fsdp: int = 1, model: int = 1, devices: Sequence[Any] | None = None
+) -> Mesh:
+    """A (data, fsdp, model) mesh over `devices` (default: all devices), all axes Auto."""
+    devices = list(jax.devices() if devices is None else devices)
+    shape = mesh_shape(len(devices), data, fsdp, model)
+    return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    """Number of ways the batch is split: the product of the data and fsdp axes."""
+    return mesh.shape["data"] * mesh.shape["fsdp"]
+
+
+def check_batch_size(global_batch_size: int, mesh: Mesh) -> None:
+    """Raise a one-line MeshError when the batch does not split evenly over the mesh."""
+    ways = data_parallel_size(mesh)
+    if global_batch_size % ways:
+        raise MeshError(
+            f"global batch size {global_batch_size} is not divisible by the {ways} data-parallel "
+            f"devices (mesh data*fsdp): set train.batch_size to a multiple of {ways}"
+        )
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    """Leading (batch) dimension split over data and fsdp; the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
+
+
+def logical_shardings(abstract_tree: Any, mesh: Mesh, rules: Sequence) -> Any:
+    """NamedShardings for a tree of (possibly nn.Partitioned) abstract values."""
+    logical_specs = nn.get_partition_spec(abstract_tree)
+    return nn.logical_to_mesh_sharding(logical_specs, mesh, rules)
