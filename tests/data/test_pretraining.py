@@ -1,0 +1,212 @@
+"""The pretraining example stream on WikiText-2: statistics, determinism, resume, shards."""
+
+import functools
+import itertools
+import time
+
+import numpy as np
+import pytest
+
+from bertjax.data.masking import SpecialIds, continuation_mask
+from bertjax.data.nsp import Corpus
+from bertjax.data.pretraining import (
+    PretrainingConfig,
+    feature_spec,
+    iterate_examples,
+    static_instances,
+)
+
+NUM_EXAMPLES = 20_000
+SPECIAL_IDS = (0, 2, 3, 4)  # pad, cls, sep, mask; 1 is [UNK]
+
+
+def load_documents(path):
+    """Word-level ids (>= 5) per sentence; paragraphs are documents."""
+    vocab = {}
+    documents = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            documents.append(
+                [
+                    np.array([vocab.setdefault(w, len(vocab) + 5) for w in s.split()], np.int32)
+                    for s in line.split(" . ")
+                ]
+            )
+    return documents, len(vocab) + 5
+
+
+@functools.cache
+def _corpus(path):
+    documents, vocab_size = load_documents(path)
+    return Corpus(documents), SpecialIds(*SPECIAL_IDS, vocab_size=vocab_size)
+
+
+def take(stream, n):
+    return list(itertools.islice(stream, n))
+
+
+def stack(examples):
+    return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
+
+
+@functools.cache
+def _run(path):
+    """The first NUM_EXAMPLES examples of seed 0, stacked, and the seconds they took."""
+    corpus, special = _corpus(path)
+    start = time.perf_counter()
+    examples = take(iterate_examples(corpus, special, seed=0), NUM_EXAMPLES)
+    seconds = time.perf_counter() - start
+    print(f"{NUM_EXAMPLES} dynamic examples in {seconds:.2f} s")
+    return stack(examples)
+
+
+@pytest.fixture
+def corpus(wikitext_valid):
+    return _corpus(wikitext_valid)
+
+
+@pytest.fixture
+def run(wikitext_valid):
+    return _run(wikitext_valid)
+
+
+def assert_equal_examples(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def check_layout(batch, nsp):
+    """Segment ids, SEPs, padding and mask agree; sequences fit."""
+    ids, mask, seg = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
+    length = mask.sum(axis=1)
+    assert (length <= ids.shape[1]).all() and (
+        mask == (np.arange(ids.shape[1]) < length[:, None])
+    ).all()
+    assert (ids[:, 0] == SPECIAL_IDS[1]).all()
+    assert ((ids == SPECIAL_IDS[0]) == (mask == 0)).all()
+    for row, n, s in zip(ids, length, seg, strict=True):
+        seps = np.flatnonzero(row == SPECIAL_IDS[2])
+        assert seps[-1] == n - 1
+        if nsp:
+            assert seps.size == 2 and 1 < seps[0] < n - 2
+            expected = (np.arange(row.size) > seps[0]) & (np.arange(row.size) < n)
+        else:
+            assert seps.size == 1
+            expected = np.zeros(row.size, bool)
+        assert (s == expected).all()
+
+
+def test_features_have_fixed_shapes_and_dtypes(corpus):
+    config = PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10)
+    example = next(iterate_examples(*corpus, config))
+    spec = feature_spec(config)
+    assert example.keys() == spec.keys()
+    for name, (shape, dtype) in spec.items():
+        assert example[name].shape == shape and example[name].dtype == dtype, name
+
+
+def test_stream_statistics(run):
+    check_layout(run, nsp=True)
+    is_next = np.mean(run["next_sentence_label"] == 0)
+    real = run["input_mask"].sum(axis=1) - 3  # tokens besides [CLS] and 2 [SEP]
+    selection = run["masked_lm_weights"].sum() / real.sum()
+    print(f"IsNext {is_next:.4f}, selection rate {selection:.4f}")
+    assert abs(is_next - 0.5) <= 0.01
+    assert abs(selection - 0.15) <= 0.005
+    rows, slots = np.nonzero(run["masked_lm_weights"])
+    cols = run["masked_lm_positions"][rows, slots]
+    assert not np.isin(run["masked_lm_ids"][rows, slots], SPECIAL_IDS).any()
+    assert np.mean(run["input_ids"][rows, cols] == SPECIAL_IDS[3]) == pytest.approx(0.8, abs=0.01)
+
+
+def test_same_seed_same_examples_other_seed_other_examples(corpus, run):
+    again = take(iterate_examples(*corpus, seed=0), 200)
+    assert_equal_examples(again, [{k: v[i] for k, v in run.items()} for i in range(200)])
+    other = stack(take(iterate_examples(*corpus, seed=1), 200))
+    assert not np.array_equal(other["input_ids"], run["input_ids"][:200])
+
+
+@pytest.mark.parametrize("start", [1, 1234, NUM_EXAMPLES - 300])
+def test_resume_at_index_equals_tail(corpus, run, start):
+    tail = stack(take(iterate_examples(*corpus, seed=0, start_index=start), 300))
+    for k in run:
+        np.testing.assert_array_equal(tail[k], run[k][start : start + 300], err_msg=k)
+
+
+def test_process_shards_are_disjoint_and_cover(corpus, run):
+    count, start, n = 3, 5, 900
+    for p in range(count):
+        shard = stack(
+            take(
+                iterate_examples(
+                    *corpus, seed=0, start_index=start, process_index=p, process_count=count
+                ),
+                n // count,
+            )
+        )
+        first = start + (p - start) % count  # global indices first, first + 3, ...
+        for k in run:
+            np.testing.assert_array_equal(shard[k], run[k][first : first + n : count], err_msg=k)
+
+
+def test_static_masking_repeats_fixed_masks_every_epoch(corpus):
+    config = PretrainingConfig(masking="static", dupe_factor=2, max_seq_length=64)
+    size = len(static_instances(corpus[0], config, seed=0))
+    examples = take(iterate_examples(*corpus, config, seed=0), 2 * size)
+
+    def keys(chunk):
+        return [b"".join(v.tobytes() for v in e.values()) for e in chunk]
+
+    epoch0, epoch1 = keys(examples[:size]), keys(examples[size:])
+    assert epoch0 != epoch1  # reshuffled ...
+    assert sorted(epoch0) == sorted(epoch1)  # ... but each instance keeps its mask
+    assert len(set(epoch0)) > 0.99 * size  # the dupe passes differ in pairs and masks
+    check_layout(stack(examples[:2000]), nsp=True)
+    resumed = take(iterate_examples(*corpus, config, seed=0, start_index=size - 10), 20)
+    assert_equal_examples(resumed, examples[size - 10 : size + 10])
+    shard = take(iterate_examples(*corpus, config, seed=0, process_index=1, process_count=2), 20)
+    assert_equal_examples(shard, examples[1:40:2])
+
+
+def test_no_nsp_gives_single_segments(corpus):
+    config = PretrainingConfig(nsp=False)
+    batch = stack(take(iterate_examples(*corpus, config, seed=0), 2000))
+    check_layout(batch, nsp=False)
+    assert not batch["next_sentence_label"].any()
+    assert batch["input_mask"].sum(axis=1).max() == config.max_seq_length
+
+
+def test_whole_word_masking_needs_continuation_mask(corpus):
+    config = PretrainingConfig(whole_word_masking=True)
+    with pytest.raises(ValueError, match="is_continuation"):
+        next(iterate_examples(*corpus, config))
+    tokens = ["x"] * corpus[1].vocab_size
+    tokens[7] = "##x"
+    example = next(iterate_examples(*corpus, config, is_continuation=continuation_mask(tokens)))
+    assert example["masked_lm_weights"].sum() > 0
+
+
+def test_corpus_without_multi_sentence_documents(corpus):
+    special = corpus[1]
+    documents = [[np.array([5, 6, 7], np.int32)], [np.array([8, 9], np.int32)], []]
+    with pytest.raises(ValueError, match="one sentence per line.*nsp=False"):
+        next(iterate_examples(documents, special))
+    example = next(iterate_examples(documents, special, PretrainingConfig(nsp=False)))
+    assert example["input_mask"].sum() in (4, 5)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"masking": "online"}, {"max_seq_length": 4}, {"masked_lm_prob": 0.0}, {"dupe_factor": 0}],
+)
+def test_config_validation(kwargs):
+    with pytest.raises(ValueError, match="PretrainingConfig"):
+        PretrainingConfig(**kwargs)
+
+
+def test_process_index_validation(corpus):
+    with pytest.raises(ValueError, match="process_index"):
+        next(iterate_examples(*corpus, process_index=2, process_count=2))
