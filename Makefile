@@ -1,0 +1,37 @@
+# Two entry points (see README.md): `make demo` and `make test`. Each sets up .venv itself.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+WORKDIR ?= workdir/bert_tiny_cpu
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+export TF_CPP_MIN_LOG_LEVEL ?= 3
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: setup.py | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+# torch first and pinned: the CPU build of 2.13.0 comes from a local wheel.
+$(VENV)/.installed-test: setup.py $(VENV)/.installed
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test,tpu]"
+	touch $@
+
+demo: $(VENV)/.installed
+	XLA_FLAGS= $(BIN)/bertjax-train --gin_file=configs/experiments/bert_tiny_cpu.gin \
+		--workdir=$(WORKDIR)
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check bertjax tests benchmarks scripts
+	$(BIN)/python -m pytest -q -ra --durations=15
+
+bench: $(VENV)/.installed-test
+	XLA_FLAGS= $(BIN)/python benchmarks/bert_pretraining_step.py --size=base
+
+clean:
+	rm -rf $(VENV) workdir

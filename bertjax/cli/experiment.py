@@ -1,0 +1,29 @@
+"""The experiment a gin file describes: task, data, optimizer, batch and schedule.
+
+Building it does no work (no data is read, no device is touched), so `bertjax-train` and
+`bertjax-compile` share it: the first trains on local devices, the second compiles the same
+step for a TPU topology.
+"""
+
+import dataclasses
+from typing import Any
+
+import gin
+
+
+@gin.configurable("train", module="bertjax")
+@dataclasses.dataclass
+class Experiment:
+    """Everything `bertjax-train` needs besides the mesh (see `make_mesh`) and the workdir."""
+
+    task: Any = gin.REQUIRED
+    source: Any = gin.REQUIRED
+    optimizer: Any = gin.REQUIRED
+    batch_size: int = gin.REQUIRED
+    num_steps: int = gin.REQUIRED
+    seq_phases: tuple = ((1.0, 128),)
+    accum_steps: int = 1
+    seed: int = 0
+    log_every: int = 10
+    checkpoint_every: int = 500
+    keep_checkpoints: int = 3
