@@ -27,3 +27,15 @@ class Experiment:
     log_every: int = 10
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
+
+
+@gin.configurable("aot_compile", module="bertjax")
+@dataclasses.dataclass
+class CompileTarget:
+    """The TPU slice `bertjax-compile` compiles for (bound by configs/meshes/tpu_*.gin).
+
+    Registered here, beside `train`, so that both CLIs parse the TPU mesh files.
+    """
+
+    topology: str = ""  # libtpu's name, e.g. 'v3:4x4' for a v3-32
+    hbm_bytes_per_device: int = 16 * 2**30

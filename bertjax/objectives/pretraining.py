@@ -1,9 +1,11 @@
 """BERT pretraining objective: MLM + NSP (NSP dropped when the data has it switched off)."""
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import numpy as np
 
 from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.objectives.mlm import mlm_loss
@@ -56,7 +58,20 @@ def bert_pretraining_task(config: BertConfig, use_nsp: bool = True) -> Pretraini
     def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp)
 
+    def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
+        predictions = 4 * math.ceil(seq_length * 0.15 / 4)  # 20 at 128, 80 at 512
+        ints = lambda *shape: np.zeros(shape, np.int32)  # noqa: E731
+        return {
+            "input_ids": ints(batch_size, seq_length),
+            "input_mask": ints(batch_size, seq_length),
+            "segment_ids": ints(batch_size, seq_length),
+            "masked_lm_positions": ints(batch_size, predictions),
+            "masked_lm_ids": ints(batch_size, predictions),
+            "masked_lm_weights": np.zeros((batch_size, predictions), np.float32),
+            "next_sentence_label": ints(batch_size),
+        }
+
     progress = (("loss", "loss"), ("mlm_accuracy", "mlm_acc"))
     if use_nsp:
         progress += (("nsp_accuracy", "nsp_acc"),)
-    return PretrainingTask("bert", model, init_variables, loss_fn, progress)
+    return PretrainingTask("bert", model, init_variables, loss_fn, example_batch, progress)

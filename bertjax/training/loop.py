@@ -168,7 +168,7 @@ def run_training(
     try:
         for phase, (end_step, seq_length) in enumerate(plan):
             batches = None
-            example = next(iter(source.batches(0, seq_length, local_batch)))
+            example = task.example_batch(local_batch, seq_length)
             trainer = build_trainer(task, tx, mesh, example, seed, accum_steps)
             if state is None:
                 state, position = _restore_or_init(trainer, checkpointer)

@@ -1,0 +1,184 @@
+"""bertjax-compile: compile an experiment's real train step for its TPU slice, on this host.
+
+Prints, for each sequence-length phase, the HBM one core needs against its capacity, the FLOPs
+of a step and a roofline estimate of the step and phase times; exits nonzero when a phase does
+not fit. Needs libtpu (pip install -e '.[tpu]'), not a TPU.
+
+    bertjax-compile --gin_file=configs/experiments/bert_base_tpu_v3_32.gin
+    bertjax-compile --gin_file=configs/experiments/bert_large_tpu_v3_128.gin \
+        --gin.BATCH_SIZE=512 --gin.aot_compile.topology="'v3:8x8'"
+"""
+
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+
+import gin
+import jax
+from absl import app, flags
+
+from bertjax.cli import gin_utils
+from bertjax.cli.experiment import CompileTarget, Experiment
+from bertjax.training import aot
+from bertjax.training.mesh import make_mesh
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
+flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also --gin.NAME=VALUE).")
+
+GiB = aot.GiB
+FIX = ("lower train.batch_size, raise train.accum_steps, set bert_config.remat = True, or "
+       "shard parameters with make_mesh.fsdp")
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileResult:
+    """What was compiled (the slice, mesh and batch) and one report per phase."""
+
+    topology: str
+    accelerator: aot.Accelerator
+    mesh_shape: dict[str, int]
+    batch_size: int
+    accum_steps: int
+    phases: list[aot.PhaseReport]
+
+    @property
+    def fits(self) -> bool:
+        return all(p.fits for p in self.phases)
+
+
+def _configured(cls: type) -> object:
+    """Build a gin-configured class, turning gin's missing-binding error into one line."""
+    try:
+        return cls()
+    except RuntimeError as err:
+        if "Required bindings" not in str(err):
+            raise
+        first = str(err).strip().splitlines()[0]
+        raise gin_utils.ConfigError(f"{first}: bind them in the gin file or with "
+                                    "--gin.NAME=VALUE") from err
+
+
+def _max_predictions(seq_length: int) -> int:
+    """MLM slots per sequence as the data source would make them (read from its bindings)."""
+    try:
+        bound = gin.get_bindings("bert_pretraining_source")
+    except (ValueError, KeyError):  # the source is not registered or not bound
+        bound = {}
+    if bound.get("max_predictions_per_seq"):
+        return int(bound["max_predictions_per_seq"])
+    return aot.default_max_predictions(seq_length, float(bound.get("masked_lm_prob", 0.15)))
+
+
+def compile_experiment(gin_files: Sequence[str], bindings: Sequence[str] = ()) -> CompileResult:
+    """Parse the gin files from scratch and compile every phase of the experiment they describe.
+
+    The data source is never built or read: batches are abstract, shaped as the pipeline's.
+    """
+    gin.clear_config()
+    gin_utils.parse(list(gin_files), list(bindings))
+    exp = _configured(Experiment)
+    target = _configured(CompileTarget)
+    devices = aot.topology_devices(target.topology)
+    accel = aot.accelerator_of(devices)
+    mesh = gin.get_configurable(make_mesh)(devices=devices)  # data/fsdp/model from meshes/*.gin
+    phases = aot.compile_phases(
+        exp.task, exp.optimizer, mesh, exp.batch_size, exp.num_steps, exp.seq_phases,
+        _max_predictions, target.hbm_bytes_per_device, exp.seed, exp.accum_steps,
+    )
+    return CompileResult(target.topology, accel, dict(mesh.shape), exp.batch_size,
+                         exp.accum_steps, phases)
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
+def _phase_row(p: aot.PhaseReport) -> str:
+    if p.memory is None:
+        needs = f">{p.required_bytes / GiB:.2f}" if p.required_bytes else "?"
+        return (f"{p.seq_length:>5} {p.steps:>10,} {needs:>9} {'':>6} {'no':>4}   "
+                "(the TPU compiler ran out of HBM)")
+    m = p.memory
+    state = (m.arguments + m.outputs - m.aliased) / GiB
+    xla = f"{p.xla_seconds * 1e3:.1f}" if p.xla_seconds else "-"
+    return (
+        f"{p.seq_length:>5} {p.steps:>10,} {m.total / GiB:>9.2f} {m.total / p.hbm_bytes:>6.1%} "
+        f"{'yes' if p.fits else 'no':>4} {state:>6.2f} {m.temporaries / GiB:>5.2f} "
+        f"{m.code / GiB:>5.2f} {p.flops * p.num_devices / 1e12:>8.1f} "
+        f"{p.model_flops / 1e12:>6.1f} {p.step_seconds * 1e3:>8.1f} {xla:>6} {p.bound:>7} "
+        f"{_duration(p.phase_seconds):>9} {p.compile_seconds:>7.0f}"
+    )
+
+
+def format_report(result: CompileResult) -> str:
+    """The table a person reads: one row per phase, then the total."""
+    a, phases = result.accelerator, result.phases
+    mesh = " ".join(f"{k}={v}" for k, v in result.mesh_shape.items())
+    params = phases[0].num_params / 1e6
+    lines = [
+        f"{a.name} slice {result.topology!r}: {phases[0].num_devices} cores, mesh {mesh}; "
+        f"global batch {result.batch_size} (accum_steps {result.accum_steps}), "
+        f"{params:.1f}M parameters",
+        f"per core: {result.phases[0].hbm_bytes / GiB:.1f} GiB HBM, "
+        f"{a.peak_flops / 1e12:.1f} TFLOP/s bf16, {a.hbm_bandwidth / 1e9:.0f} GB/s "
+        "(roofline = max(FLOPs / peak, bytes / bandwidth); communication not counted)",
+        "",
+        f"{'':>5} {'':>10} {'HBM/core':>9} {'of HBM':>6} {'':>4} {'-- of which, GiB --':>18} "
+        f"{'-- TFLOP/step --':>15} {'--- step, ms ---':>15} {'':>7} {'phase':>9} {'compile':>7}",
+        f"{'seq':>5} {'steps':>10} {'GiB':>9} {'%':>6} {'fits':>4} {'state':>6} {'temp':>5} "
+        f"{'code':>5} {'XLA':>8} {'6NT':>6} {'roofline':>8} {'XLA':>6} {'bound':>7} "
+        f"{'time':>9} {'s':>7}",
+    ]
+    lines += [_phase_row(p) for p in phases]
+    total = _duration(sum(p.phase_seconds for p in phases)) if result.fits else "-"
+    steps = sum(p.steps for p in phases)
+    lines.append(f"{'total':>5} {steps:>10,} {'':>80} {total:>9} "
+                 f"{sum(p.compile_seconds for p in phases):>7.0f}")
+    return "\n".join(lines)
+
+
+def check_fits(result: CompileResult) -> None:
+    """Raise a one-line error naming the first phase that does not fit and what to change."""
+    for p in result.phases:
+        if p.fits:
+            continue
+        if p.memory is None:
+            needs = f"{p.required_bytes / GiB:.1f} GiB" if p.required_bytes else "more"
+            used = f"its temporaries alone need {needs}"
+        else:
+            used = f"it needs {p.memory.total / GiB:.1f} GiB"
+        raise gin_utils.ConfigError(
+            f"the train step at sequence length {p.seq_length} does not fit on a "
+            f"{result.accelerator.name} core ({used} of {p.hbm_bytes / GiB:.0f} GiB HBM): {FIX}"
+        )
+
+
+def main(argv: list[str]) -> None:
+    del argv
+    try:
+        if not FLAGS.gin_file:
+            raise gin_utils.ConfigError(
+                "--gin_file is required: e.g. "
+                "--gin_file=configs/experiments/bert_base_tpu_v3_32.gin"
+            )
+        result = compile_experiment(FLAGS.gin_file, FLAGS.gin_bindings)
+        print(format_report(result), flush=True)
+        check_fits(result)
+    except (ValueError, OSError) as err:
+        gin_utils.fail("bertjax-compile", err)
+
+
+def run() -> None:
+    """Console-script entry point. This host only compiles, so JAX runs on its CPU."""
+    if "JAX_PLATFORMS" not in os.environ:
+        jax.config.update("jax_platforms", "cpu")
+    app.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))
+
+
+if __name__ == "__main__":
+    run()
