@@ -1,0 +1,417 @@
+"""BERT WordPiece vocabulary: tokenization in python and in tf.data, and vocabulary learning.
+
+Tokenization follows BERT (Devlin et al. 2018) as implemented by Hugging Face's
+`BertTokenizerFast`, so ids match checkpoints trained with either:
+
+1. clean: drop NUL, U+FFFD and control/format/private-use characters, map whitespace to
+   spaces, put spaces around CJK ideographs;
+2. uncased only: NFD, drop combining marks (accents), lower-case character by character;
+3. split on spaces and punctuation (ASCII punctuation and Unicode category P*);
+4. greedy longest-match-first WordPiece with `##` continuations; a word longer than
+   200 characters, or one that cannot be covered by pieces, becomes [UNK].
+
+`basic_tokenize` (python) and `basic_tokenize_tf` (TensorFlow ops, usable in
+`dataset.map`) implement steps 1-3 identically. tensorflow_text's own `BertTokenizer`
+is not used for them because its lower-casing applies NFKC (e.g. '″' becomes '′′') and
+ICU's context-dependent final sigma, and its whitespace class is ASCII-only, all of which
+change ids relative to BERT. Two known departures from `BertTokenizerFast`, both on rare
+characters: its CJK table starts the block at U+2B920 where BERT's starts at U+2B820 (we
+follow BERT), and characters assigned or re-categorized after Unicode 3.2 may differ
+because python, RE2/ICU and the Rust tokenizer each ship a different Unicode version.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import os
+import pathlib
+import tempfile
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+
+import numpy as np
+import seqio
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+SUFFIX = "##"
+MAX_CHARS_PER_WORD = 200  # google-research/bert's limit; longer words become [UNK]
+_WORD_CACHE_SIZE = 1 << 20  # words memoized by the python encoder before the cache resets
+
+# CJK Unified Ideographs blocks BERT splits character by character.
+_CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+_REMOVED_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs"})
+
+# RE2 twins of the python rules below.
+_RE_REMOVED = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\p{Cf}\p{Co}\x{FFFD}]"
+_RE_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
+_RE_CJK = "[" + "".join(rf"\x{{{lo:X}}}-\x{{{hi:X}}}" for lo, hi in _CJK_RANGES) + "]"
+_RE_PUNCT = r"[!-/:-@\[-`{-~\p{P}]"
+
+
+def load_vocab(path: str | os.PathLike) -> list[str]:
+    """Reads a vocab.txt (one token per line, id = line number)."""
+    text = pathlib.Path(path).read_text(encoding="utf-8")
+    tokens = text.replace("\r\n", "\n").split("\n")  # not splitlines: tokens may hold U+2028
+    if tokens and tokens[-1] == "":
+        tokens.pop()  # the final newline
+    return tokens
+
+
+def write_vocab(tokens: Sequence[str], path: str | os.PathLike) -> None:
+    """Writes tokens one per line (atomically: a temp file renamed into place)."""
+    bad = [t for t in tokens if not t or "\n" in t or "\r" in t]
+    if bad:
+        raise ValueError(f"write_vocab({path}): token {bad[0]!r} is empty or holds a newline")
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        f.write("".join(t + "\n" for t in tokens))
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- python basic tokenizer
+
+
+class _CharTable(dict):
+    """A str.translate table filled lazily by a per-character rule (memoized)."""
+
+    def __init__(self, rule: Callable[[str], str]) -> None:
+        super().__init__()
+        self._rule = rule
+
+    def __missing__(self, codepoint: int) -> str:
+        value = self[codepoint] = self._rule(chr(codepoint))
+        return value
+
+
+def _is_cjk(char: str) -> bool:
+    cp = ord(char)
+    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+def _is_punct(char: str) -> bool:
+    cp = ord(char)
+    ascii_punct = 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
+    return ascii_punct or unicodedata.category(char).startswith("P")
+
+
+def _clean_rule(char: str) -> str:
+    if char in "\t\n\r" or char in "\u2028\u2029" or unicodedata.category(char) == "Zs":
+        return " "
+    if char in "\x00\ufffd" or unicodedata.category(char) in _REMOVED_CATEGORIES:
+        return ""
+    return f" {char} " if _is_cjk(char) else char
+
+
+def _uncase_rule(char: str) -> str:
+    return "" if unicodedata.category(char) == "Mn" else char.lower()
+
+
+_CLEAN = _CharTable(_clean_rule)
+_UNCASE = _CharTable(_uncase_rule)
+_PUNCT = _CharTable(lambda c: f" {c} " if _is_punct(c) else c)
+
+
+def basic_tokenize(text: str, lower_case: bool) -> list[str]:
+    """BERT's basic tokenization of one string into words and punctuation marks."""
+    text = text.translate(_CLEAN)
+    if lower_case:
+        text = unicodedata.normalize("NFD", text).translate(_UNCASE)
+    return [w for w in text.translate(_PUNCT).split(" ") if w]
+
+
+# ---------------------------------------------------------------- TensorFlow basic tokenizer
+
+
+def basic_tokenize_tf(text: tf.Tensor, lower_case: bool) -> tf.RaggedTensor:
+    """`basic_tokenize` in TF ops: strings of shape [...] -> words of shape [..., (words)]."""
+    text = tf.strings.regex_replace(text, _RE_REMOVED, "")
+    text = tf.strings.regex_replace(text, _RE_WHITESPACE, " ")
+    text = tf.strings.regex_replace(text, _RE_CJK, r" \0 ")
+    if lower_case:
+        text = tf_text.normalize_utf8(text, "NFD")
+        text = tf.strings.regex_replace(text, r"\p{Mn}", "")
+        # ICU lower-cases a word-final sigma to 'ς'; BERT maps characters one by one.
+        text = tf.strings.regex_replace(text, "Σ", "σ")
+        text = tf.strings.lower(text, encoding="utf-8")
+    return tf_text.regex_split(text, r" +|" + _RE_PUNCT, _RE_PUNCT)
+
+
+# ---------------------------------------------------------------- vocabulary
+
+
+class WordPieceVocabulary(seqio.Vocabulary):
+    """A BERT vocab.txt as a seqio vocabulary; cased or uncased (lower-cased, accents stripped).
+
+    `encode` (python) and `encode_tf` (TF ops, for `dataset.map`) give identical ids.
+    No EOS/BOS: BERT marks sequences with [CLS]/[SEP], added by the task preprocessors.
+    """
+
+    def __init__(self, vocab_path: str | os.PathLike, lower_case: bool) -> None:
+        super().__init__(extra_ids=0)
+        self._path = str(vocab_path)
+        self._lower_case = bool(lower_case)
+        if not pathlib.Path(self._path).is_file():
+            raise ValueError(f"{self._path}: vocabulary file not found; fix the vocab path setting")
+        self._tokens = load_vocab(self._path)
+        self._index = self._build_index()
+        self._max_piece_chars = max(
+            len(t) - len(SUFFIX) if t.startswith(SUFFIX) else len(t) for t in self._tokens
+        )
+        self._model_buffer: bytes | None = None
+        self._word_cache: dict[str, tuple[int, ...]] = {}
+
+    def _build_index(self) -> dict[str, int]:
+        index: dict[str, int] = {}
+        for i, token in enumerate(self._tokens):
+            if not token or token in index:
+                what = "an empty token" if not token else f"a repeat of {token!r}"
+                raise ValueError(f"{self._path}: line {i + 1} is {what}; fix the vocabulary file")
+            index[token] = i
+        for token in RESERVED_TOKENS:
+            if token not in index:
+                raise ValueError(f"{self._path}: missing {token}; add it to the vocabulary file")
+        if index[PAD] != seqio.vocabularies.PAD_ID:
+            raise ValueError(f"{self._path}: {PAD} must be on line 1 (id 0, seqio pads with 0)")
+        return index
+
+    # ---- ids and metadata
+    @property
+    def vocab_path(self) -> str:
+        return self._path
+
+    @property
+    def lower_case(self) -> bool:
+        return self._lower_case
+
+    @property
+    def tokens(self) -> list[str]:
+        return list(self._tokens)
+
+    @property
+    def _base_vocab_size(self) -> int:
+        return len(self._tokens)
+
+    @property
+    def pad_id(self) -> int:
+        return self._index[PAD]
+
+    @property
+    def unk_id(self) -> int:
+        return self._index[UNK]
+
+    @property
+    def cls_id(self) -> int:
+        return self._index[CLS]
+
+    @property
+    def sep_id(self) -> int:
+        return self._index[SEP]
+
+    @property
+    def mask_id(self) -> int:
+        return self._index[MASK]
+
+    @property
+    def eos_id(self) -> None:
+        return None
+
+    @property
+    def bos_id(self) -> None:
+        return None
+
+    def token_to_id(self, token: str) -> int:
+        """The id of a token, or unk_id if it is not in the vocabulary."""
+        return self._index.get(token, self.unk_id)
+
+    # ---- python path
+    def _wordpiece(self, word: str) -> tuple[int, ...]:
+        if len(word) > MAX_CHARS_PER_WORD:
+            return (self.unk_id,)
+        ids, start = [], 0
+        while start < len(word):
+            for end in range(min(len(word), start + self._max_piece_chars), start, -1):
+                piece = word[start:end] if start == 0 else SUFFIX + word[start:end]
+                if piece in self._index:
+                    ids.append(self._index[piece])
+                    start = end
+                    break
+            else:
+                return (self.unk_id,)
+        return tuple(ids)
+
+    def _encode(self, s: str) -> list[int]:
+        ids: list[int] = []
+        for word in basic_tokenize(s, self._lower_case):
+            pieces = self._word_cache.get(word)
+            if pieces is None:
+                if len(self._word_cache) >= _WORD_CACHE_SIZE:
+                    self._word_cache.clear()
+                pieces = self._word_cache[word] = self._wordpiece(word)
+            ids.extend(pieces)
+        return ids
+
+    def _decode(self, ids: Iterable[int]) -> str:
+        tokens = [self._tokens[int(i)] for i in ids if int(i) != self.pad_id]
+        return " ".join(tokens).replace(" " + SUFFIX, "")
+
+    # ---- TensorFlow path
+    def _wordpiece_tf(self) -> tf_text.FastWordpieceTokenizer:
+        """A WordPiece op over pre-split words; its model tensor lives in the current graph."""
+        if self._model_buffer is None:  # built once: ~0.1 s for a 30k vocab
+            self._model_buffer = tf_text.build_fast_wordpiece_model(
+                self._tokens, 4 * MAX_CHARS_PER_WORD, SUFFIX, UNK, True, False
+            )  # vocab, max bytes/word, suffix, unknown, no_pretokenization, detokenization
+        model = tf.constant(np.frombuffer(self._model_buffer, np.uint8))
+        return tf_text.FastWordpieceTokenizer(model_buffer=model, token_out_type=tf.int32)
+
+    def _encode_tf(self, s: tf.Tensor) -> tf.Tensor | tf.RaggedTensor:
+        """Strings of shape [...] -> int32 ids [..., (ids)]; a scalar gives a dense vector."""
+        s = tf.convert_to_tensor(s, tf.string)
+        if s.shape.rank is None:
+            raise ValueError("WordPieceVocabulary.encode_tf: give strings of known rank")
+        words = basic_tokenize_tf(tf.reshape(s, [-1]), self._lower_case)  # [N, (words)]
+        too_long = tf.strings.length(words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
+        words = tf.ragged.map_flat_values(tf.where, too_long, UNK, words)
+        ids = self._wordpiece_tf().tokenize(words).merge_dims(-2, -1)  # [N, (ids)]
+        if s.shape.rank == 0:
+            return ids[0]
+        for axis in reversed(range(1, s.shape.rank)):  # [N, (ids)] -> [..., (ids)]
+            ids = tf.RaggedTensor.from_uniform_row_length(ids, tf.shape(s, tf.int64)[axis])
+        return ids
+
+    def _decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
+        """Ids [..., L] -> strings [...] ([PAD] dropped, ## pieces joined)."""
+        tokens = tf.gather(tf.constant(self._tokens), ids)
+        tokens = tf.ragged.boolean_mask(tokens, tf.not_equal(ids, self.pad_id))
+        text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+        return tf.strings.regex_replace(text, " " + SUFFIX, "")
+
+    # ---- seqio plumbing
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_word_cache": {}}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WordPieceVocabulary):
+            return NotImplemented
+        return self._lower_case == other._lower_case and self._tokens == other._tokens
+
+    def __hash__(self) -> int:
+        return hash((self._lower_case, len(self._tokens), tuple(self._tokens[:8])))
+
+    def __str__(self) -> str:
+        case = "uncased" if self._lower_case else "cased"
+        return f"WordPieceVocabulary({self._path}, {case}, {len(self._tokens)} tokens)"
+
+
+# ---------------------------------------------------------------- vocabulary learning
+
+
+def learn_vocabulary(
+    sentences: Iterable[str], vocab_size: int, lower_case: bool = True
+) -> list[str]:
+    """Learns a WordPiece vocabulary of at most `vocab_size` tokens from raw sentences.
+
+    Layout: the reserved tokens [PAD] [UNK] [CLS] [SEP] [MASK], every character seen and its
+    `##` form (so any word of seen characters tokenizes without [UNK]), then subwords in the
+    order they were learned. Learning is frequency-based pair merging over basic-tokenized
+    words, with `##` marking non-initial pieces (the recipe of Hugging Face's WordPiece
+    trainer); ties break by token string, so the result is deterministic.
+    """
+    counts: collections.Counter[str] = collections.Counter()
+    for sentence in sentences:
+        counts.update(basic_tokenize(sentence, lower_case))
+    words = {w: c for w, c in counts.items() if len(w) <= MAX_CHARS_PER_WORD}
+    if not words:
+        raise ValueError("learn_vocabulary: the corpus has no words; check the corpus setting")
+    chars = sorted({ch for w in words for ch in w})
+    base = [*RESERVED_TOKENS, *chars, *(SUFFIX + ch for ch in chars)]
+    if vocab_size < len(base):
+        raise ValueError(
+            f"learn_vocabulary: vocab_size={vocab_size} is below the {len(base)} tokens needed "
+            f"for the reserved tokens and the corpus's {len(chars)} characters (with ## forms); "
+            "raise vocab_size"
+        )
+    return base + _merge_pieces(words, set(base), vocab_size - len(base))
+
+
+def _merge_pieces(word_counts: dict[str, int], known: set[str], budget: int) -> list[str]:
+    """Up to `budget` new pieces by repeatedly merging the most frequent adjacent pair."""
+    words = [[w[0], *(SUFFIX + ch for ch in w[1:])] for w in sorted(word_counts)]
+    freqs = [word_counts[w] for w in sorted(word_counts)]
+    pair_counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    holders: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
+    for i, pieces in enumerate(words):
+        for pair in zip(pieces, pieces[1:], strict=False):
+            pair_counts[pair] += freqs[i]
+            holders[pair].add(i)
+    heap = [(-c, a, b) for (a, b), c in pair_counts.items()]
+    heapq.heapify(heap)
+    learned: list[str] = []
+    while heap and len(learned) < budget:
+        neg_count, a, b = heapq.heappop(heap)
+        count = pair_counts.get((a, b), 0)
+        if count != -neg_count:  # stale entry: requeue at its current count
+            if count > 0:
+                heapq.heappush(heap, (-count, a, b))
+            continue
+        if count < 2:
+            break  # only pairs seen once remain: merging them would memorize hapaxes
+        merged = a + b[len(SUFFIX) :]
+        changed = _apply_merge(a, b, merged, words, freqs, pair_counts, holders)
+        for pair in changed:
+            if pair_counts.get(pair, 0) > 0:
+                heapq.heappush(heap, (-pair_counts[pair], *pair))
+        if merged not in known:
+            known.add(merged)
+            learned.append(merged)
+    return learned
+
+
+def _apply_merge(
+    a: str,
+    b: str,
+    merged: str,
+    words: list[list[str]],
+    freqs: list[int],
+    pair_counts: collections.Counter[tuple[str, str]],
+    holders: dict[tuple[str, str], set[int]],
+) -> set[tuple[str, str]]:
+    """Merges a+b in every word holding the pair; updates pair counts; returns new pairs."""
+    new_pairs: set[tuple[str, str]] = set()
+    for i in sorted(holders.pop((a, b), ())):
+        pieces, out = words[i], []
+        j = 0
+        while j < len(pieces):
+            if j + 1 < len(pieces) and pieces[j] == a and pieces[j + 1] == b:
+                out.append(merged)
+                j += 2
+            else:
+                out.append(pieces[j])
+                j += 1
+        if len(out) == len(pieces):
+            continue  # holder set was stale for this word
+        for pair in zip(pieces, pieces[1:], strict=False):
+            pair_counts[pair] -= freqs[i]
+        for pair in zip(out, out[1:], strict=False):
+            pair_counts[pair] += freqs[i]
+            if merged in pair:
+                new_pairs.add(pair)
+                holders[pair].add(i)
+        words[i] = out
+    pair_counts.pop((a, b), None)
+    return new_pairs
