@@ -23,11 +23,11 @@ def shared_file(relative: str) -> pathlib.Path:
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def wikitext_valid() -> pathlib.Path:
     return shared_file("wikitext-2/valid.txt")
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def bert_sample() -> pathlib.Path:
     return shared_file("bert-sample/sample_text.txt")

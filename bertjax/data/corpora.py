@@ -68,7 +68,7 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
             matches = sorted(path.glob("*.txt"))
             if not matches:
                 raise CorpusError(
-                    f"{path}: directory has no *.txt files; fix the corpus path setting"
+                    f"{path}: directory has no *.txt files; fix the corpus setting (bert_pretraining_source.corpus)"
                 )
         elif path.is_file():
             matches = [path]
@@ -77,7 +77,7 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
             matches = [p for p in matches if p.is_file()]
             if not matches:
                 raise CorpusError(
-                    f"{entry}: no such file, directory or glob match; fix the corpus path setting"
+                    f"{entry}: no such file, directory or glob match; fix the corpus setting (bert_pretraining_source.corpus)"
                 )
         files.update(dict.fromkeys(matches))
     return list(files)
@@ -88,7 +88,7 @@ def _read_lines(path: pathlib.Path) -> list[str]:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise CorpusError(f"{path}: cannot read ({e.strerror}); fix the corpus path setting") from e
+        raise CorpusError(f"{path}: cannot read ({e.strerror}); fix the corpus setting (bert_pretraining_source.corpus)") from e
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError:
@@ -129,7 +129,7 @@ def read_documents(
         raise CorpusError(f"corpus format {fmt!r} is not one of {FORMATS}; fix the format setting")
     files = resolve_paths(paths)
     if not files:
-        raise CorpusError("no corpus paths given; set the corpus path setting")
+        raise CorpusError("no corpus paths given; set bert_pretraining_source.corpus")
     documents: list[list[str]] = []
     for path in files:
         for block in _blocks(_read_lines(path)):
@@ -138,7 +138,7 @@ def read_documents(
                 documents.append(document)
     if not documents:
         names = ", ".join(str(p) for p in files[:3]) + (", ..." if len(files) > 3 else "")
-        raise CorpusError(f"corpus is empty: no sentences in {names}; fix the corpus path setting")
+        raise CorpusError(f"corpus is empty: no sentences in {names}; fix the corpus setting (bert_pretraining_source.corpus)")
     return documents
 
 

@@ -63,12 +63,12 @@ def check_corpus(corpus: Corpus, nsp: bool) -> None:
     if nsp and corpus.num_multi_sentence == 0:
         raise ValueError(
             "NSP needs documents of 2+ sentences but none has more than one: write the corpus "
-            "one sentence per line with blank lines between documents, or set nsp=False"
+            "one sentence per line with blank lines between documents, or turn NSP off (--gin.NSP=False)"
         )
     if nsp and corpus.num_documents < 2:
         raise ValueError(
             "NSP draws random next segments from other documents but the corpus has only "
-            "one: separate documents by blank lines, or set nsp=False"
+            "one: separate documents by blank lines, or turn NSP off (--gin.NSP=False)"
         )
 
 

@@ -40,7 +40,7 @@ def load_corpus(corpus: str, corpus_format: str = "bert") -> list[list[str]]:
     if corpus == "stdlib":
         return corpora.stdlib_documents()
     if corpus.startswith("tfds:"):
-        name, _, split = corpus[len("tfds:"):].partition(":")
+        name, _, split = corpus[len("tfds:") :].partition(":")
         split = split or "train"
         if jax.process_count() > 1:
             split = f"{split}[{jax.process_index()}shard]"  # each host reads its own documents
@@ -51,17 +51,33 @@ def load_corpus(corpus: str, corpus_format: str = "bert") -> list[list[str]]:
 class BertPretrainingSource:
     """Masked-LM (+ NSP) batches over one corpus; see the module docstring."""
 
-    def __init__(self, corpus: str = "stdlib", corpus_format: str = "bert", vocab: str = "learn",
-                 vocab_size: int = 30522, lower_case: bool = True, nsp: bool = True,
-                 masked_lm_prob: float = 0.15, max_predictions_per_seq: int | None = None,
-                 short_seq_prob: float = 0.1, whole_word_masking: bool = False,
-                 masking: str = "dynamic", dupe_factor: int = 10, seed: int = 0):
+    def __init__(
+        self,
+        corpus: str = "stdlib",
+        corpus_format: str = "bert",
+        vocab: str = "learn",
+        vocab_size: int = 30522,
+        lower_case: bool = True,
+        nsp: bool = True,
+        masked_lm_prob: float = 0.15,
+        max_predictions_per_seq: int | None = None,
+        short_seq_prob: float = 0.1,
+        whole_word_masking: bool = False,
+        masking: str = "dynamic",
+        dupe_factor: int = 10,
+        seed: int = 0,
+    ):
         self.corpus_name, self.corpus_format = corpus, corpus_format
         self.vocab_spec, self.requested_vocab_size, self.lower_case = vocab, vocab_size, lower_case
         self.seed = seed
-        self.options = dict(nsp=nsp, masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
-                            whole_word_masking=whole_word_masking, masking=masking,
-                            dupe_factor=dupe_factor)
+        self.options = dict(
+            nsp=nsp,
+            masked_lm_prob=masked_lm_prob,
+            short_seq_prob=short_seq_prob,
+            whole_word_masking=whole_word_masking,
+            masking=masking,
+            dupe_factor=dupe_factor,
+        )
         self.max_predictions = max_predictions_per_seq
         self.vocab: WordPieceVocabulary | None = None
         self.corpus = None
@@ -81,11 +97,16 @@ class BertPretrainingSource:
         self.vocab = self._load_or_learn_vocab(pathlib.Path(workdir), documents)
         self.corpus = tokenize_documents(documents, self.vocab)
         check_corpus(self.corpus, self.options["nsp"])
-        logging.info("corpus %s: %d documents, vocabulary of %d", self.corpus_name,
-                     self.corpus.num_documents, self.vocab.vocab_size)
+        logging.info(
+            "corpus %s: %d documents, vocabulary of %d",
+            self.corpus_name,
+            self.corpus.num_documents,
+            self.vocab.vocab_size,
+        )
 
-    def _load_or_learn_vocab(self, workdir: pathlib.Path, documents: list[list[str]]
-                             ) -> WordPieceVocabulary:
+    def _load_or_learn_vocab(
+        self, workdir: pathlib.Path, documents: list[list[str]]
+    ) -> WordPieceVocabulary:
         if self.vocab_spec != "learn":
             if not pathlib.Path(self.vocab_spec).is_file():
                 raise corpora.CorpusError(
@@ -108,9 +129,11 @@ class BertPretrainingSource:
 
     def config(self, seq_length: int) -> PretrainingConfig:
         predictions = self.max_predictions or default_max_predictions(
-            seq_length, self.options["masked_lm_prob"])
-        return PretrainingConfig(max_seq_length=seq_length, max_predictions_per_seq=predictions,
-                                 **self.options)
+            seq_length, self.options["masked_lm_prob"]
+        )
+        return PretrainingConfig(
+            max_seq_length=seq_length, max_predictions_per_seq=predictions, **self.options
+        )
 
     def task(self, seq_length: int) -> seqio.Task:
         """The registered seqio Task for this corpus at `seq_length`."""
@@ -118,15 +141,21 @@ class BertPretrainingSource:
         name = f"bertjax_pretrain_{slug}_{seq_length}"
         return register_pretraining_task(name, self.corpus, self._vocab(), self.config(seq_length))
 
-    def batches(self, start_index: int, seq_length: int, batch_size: int
-                ) -> Iterator[dict[str, np.ndarray]]:
+    def batches(
+        self, start_index: int, seq_length: int, batch_size: int
+    ) -> Iterator[dict[str, np.ndarray]]:
         """This host's share of global batches from global example `start_index` on."""
         shard = seqio.ShardInfo(jax.process_index(), jax.process_count())
         if self.corpus_name.startswith("tfds:"):  # documents are already split per host
             shard, start_index = None, start_index // jax.process_count()
         dataset = self.task(seq_length).get_dataset(
-            split=f"train[{start_index}:]", shuffle=False, seed=self.seed, shard_info=shard,
-            num_epochs=1, trim_output_features=False, try_in_mem_cache=False,
+            split=f"train[{start_index}:]",
+            shuffle=False,
+            seed=self.seed,
+            shard_info=shard,
+            num_epochs=1,
+            trim_output_features=False,
+            try_in_mem_cache=False,
         )
         dataset = dataset.batch(batch_size, drop_remainder=True).prefetch(2)
         return dataset.as_numpy_iterator()

@@ -23,8 +23,9 @@ from bertjax.data.wordpiece import WordPieceVocabulary
 _SPLIT = re.compile(r"^train(?:\[(\d+):\])?$")
 
 
-def tokenize_documents(documents: Sequence[Sequence[str]], vocab: WordPieceVocabulary,
-                       batch_size: int = 1024) -> Corpus:
+def tokenize_documents(
+    documents: Sequence[Sequence[str]], vocab: WordPieceVocabulary, batch_size: int = 1024
+) -> Corpus:
     """Token ids of every sentence, computed in a tf.data pipeline, grouped by document."""
     sentences = [s for doc in documents for s in doc]
     lengths = [len(doc) for doc in documents]
@@ -43,7 +44,7 @@ def _rows(batch: object) -> list[np.ndarray]:
 
 
 def parse_split(split: str) -> int:
-    """"train" -> 0, "train[123:]" -> 123 (the first global example index)."""
+    """ "train" -> 0, "train[123:]" -> 123 (the first global example index)."""
     match = _SPLIT.match(split)
     if match is None:
         raise ValueError(f"split {split!r} is not 'train' or 'train[N:]'")
@@ -53,8 +54,13 @@ def parse_split(split: str) -> int:
 class PretrainingSource(seqio.DataSource):
     """Endless, deterministic stream of masked (NSP) examples over an in-memory Corpus."""
 
-    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
-                 is_continuation: np.ndarray | None = None):
+    def __init__(
+        self,
+        corpus: Corpus,
+        special: SpecialIds,
+        config: PretrainingConfig,
+        is_continuation: np.ndarray | None = None,
+    ):
         super().__init__(splits=["train"], caching_permitted=False)
         self.corpus, self.special, self.config = corpus, special, config
         self.is_continuation = is_continuation
@@ -66,9 +72,17 @@ class PretrainingSource(seqio.DataSource):
     def list_shards(self, split: str) -> list[str]:
         return [split]
 
-    def get_dataset(self, split: str = "train", shuffle: bool = True, seed: int | None = None,
-                    shard_info: seqio.ShardInfo | None = None, *, sequence_length: object = None,
-                    use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
+    def get_dataset(
+        self,
+        split: str = "train",
+        shuffle: bool = True,
+        seed: int | None = None,
+        shard_info: seqio.ShardInfo | None = None,
+        *,
+        sequence_length: object = None,
+        use_cached: bool = False,
+        num_epochs: int | None = 1,
+    ) -> tf.data.Dataset:
         del shuffle, sequence_length, use_cached, num_epochs  # shuffling is seeded inside
         start = parse_split(split)
         index, count = (shard_info.index, shard_info.num_shards) if shard_info else (0, 1)
@@ -76,12 +90,19 @@ class PretrainingSource(seqio.DataSource):
 
         def generate():  # noqa: ANN202
             return iterate_examples(
-                self.corpus, self.special, self.config, seed=seed or 0, start_index=start,
-                process_index=index, process_count=count, is_continuation=self.is_continuation,
+                self.corpus,
+                self.special,
+                self.config,
+                seed=seed or 0,
+                start_index=start,
+                process_index=index,
+                process_count=count,
+                is_continuation=self.is_continuation,
             )
 
-        signature = {k: tf.TensorSpec(shape, tf.as_dtype(dtype)) for k, (shape, dtype)
-                     in spec.items()}
+        signature = {
+            k: tf.TensorSpec(shape, tf.as_dtype(dtype)) for k, (shape, dtype) in spec.items()
+        }
         return tf.data.Dataset.from_generator(generate, output_signature=signature)
 
 
@@ -102,8 +123,9 @@ def output_features(vocab: WordPieceVocabulary) -> dict[str, seqio.Feature]:
     }
 
 
-def register_pretraining_task(name: str, corpus: Corpus, vocab: WordPieceVocabulary,
-                              config: PretrainingConfig) -> seqio.Task:
+def register_pretraining_task(
+    name: str, corpus: Corpus, vocab: WordPieceVocabulary, config: PretrainingConfig
+) -> seqio.Task:
     """Register (or replace) the seqio Task `name` producing BERT pretraining examples."""
     special = SpecialIds.from_vocabulary(vocab)
     is_continuation = continuation_mask(vocab.tokens) if config.whole_word_masking else None

@@ -84,6 +84,10 @@ def bert_config(size: str, **overrides: Any) -> BertConfig:
     """The named size ("tiny" ... "large") with optional field overrides."""
     if size not in SIZES:
         raise ValueError(f"unknown BERT size {size!r}: choose one of {', '.join(SIZES)}")
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(BertConfig)})
+    if unknown:
+        fields = ", ".join(f.name for f in dataclasses.fields(BertConfig))
+        raise ValueError(f"unknown BERT setting {unknown[0]!r}: bert_config takes {fields}")
     layers, hidden, heads = SIZES[size]
     fields = dict(num_layers=layers, hidden_size=hidden, num_heads=heads, mlp_dim=4 * hidden)
     return BertConfig(**{**fields, **overrides})

@@ -72,7 +72,7 @@ def test_invalid_utf8_is_replaced_with_one_warning(tmp_path, caplog):
 
 def test_missing_path(tmp_path):
     absent = tmp_path / "nowhere" / "corpus.txt"
-    with pytest.raises(CorpusError, match="no such file.*fix the corpus path setting") as info:
+    with pytest.raises(CorpusError, match="no such file.*fix the corpus setting") as info:
         corpora.read_documents(absent)
     assert str(absent) in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(CorpusError, match="no such file"):

@@ -194,6 +194,6 @@ def test_corpus_drops_empty_sentences_and_documents():
 def test_nsp_without_multi_sentence_documents_is_an_error():
     corpus = Corpus([[np.array([5, 6])], [np.array([7])]])
     rng = np.random.default_rng(0)
-    with pytest.raises(ValueError, match="nsp=False"):
+    with pytest.raises(ValueError, match="NSP=False"):
         list(iterate_instances(corpus, [0, 1], rng, max_seq_length=16))
     assert len(list(iterate_instances(corpus, [0, 1], rng, max_seq_length=16, nsp=False))) == 2

@@ -192,7 +192,7 @@ def test_whole_word_masking_needs_continuation_mask(corpus):
 def test_corpus_without_multi_sentence_documents(corpus):
     special = corpus[1]
     documents = [[np.array([5, 6, 7], np.int32)], [np.array([8, 9], np.int32)], []]
-    with pytest.raises(ValueError, match="one sentence per line.*nsp=False"):
+    with pytest.raises(ValueError, match="one sentence per line.*NSP=False"):
         next(iterate_examples(documents, special))
     example = next(iterate_examples(documents, special, PretrainingConfig(nsp=False)))
     assert example["input_mask"].sum() in (4, 5)

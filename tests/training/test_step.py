@@ -14,7 +14,7 @@ from bertjax.training.optim import make_optimizer
 def random_batch(batch=8, length=32, predictions=5, vocab=128, seed=0):
     rng = np.random.default_rng(seed)
     mask = np.ones((batch, length), np.int32)
-    mask[::2, length // 2:] = 0  # half the rows padded
+    mask[::2, length // 2 :] = 0  # half the rows padded
     return {
         "input_ids": rng.integers(5, vocab, (batch, length)).astype(np.int32) * mask,
         "segment_ids": (np.arange(length) >= length // 4).astype(np.int32)[None].repeat(batch, 0),
@@ -66,9 +66,15 @@ def test_gradient_accumulation_matches_full_batch_without_dropout():
     batch = random_batch()
     batch["masked_lm_weights"][:] = 1.0
     mesh = make_mesh(data=2, devices=jax.devices()[:2])
-    task = bert_pretraining_task(bert_config("tiny", vocab_size=128, dropout_rate=0.0,
-                                             attention_dropout_rate=0.0,
-                                             max_position_embeddings=64))
+    task = bert_pretraining_task(
+        bert_config(
+            "tiny",
+            vocab_size=128,
+            dropout_rate=0.0,
+            attention_dropout_rate=0.0,
+            max_position_embeddings=64,
+        )
+    )
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=1, total_steps=10)
     results = []
     for accum in (1, 4):
