@@ -1,0 +1,83 @@
+"""The seqio-backed BERT source: features, resume at an index, host shards, kept vocabulary."""
+
+import itertools
+
+import numpy as np
+import pytest
+import seqio
+
+from bertjax.data.pipeline import BertPretrainingSource, default_max_predictions
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory, bert_sample):
+    source = BertPretrainingSource(corpus=str(bert_sample), vocab_size=600)
+    source.prepare(tmp_path_factory.mktemp("work"))
+    return source
+
+
+def take(iterator, n):
+    return list(itertools.islice(iterator, n))
+
+
+def test_paper_prediction_caps():
+    assert default_max_predictions(128, 0.15) == 20
+    assert default_max_predictions(512, 0.15) == 80
+
+
+def test_batches_have_the_pretraining_features(source):
+    batch = next(source.batches(0, 64, 4))
+    shapes = {k: (v.shape, v.dtype.name) for k, v in batch.items()}
+    assert shapes == {
+        "input_ids": ((4, 64), "int32"),
+        "input_mask": ((4, 64), "int32"),
+        "segment_ids": ((4, 64), "int32"),
+        "masked_lm_positions": ((4, 12), "int32"),
+        "masked_lm_ids": ((4, 12), "int32"),
+        "masked_lm_weights": ((4, 12), "float32"),
+        "next_sentence_label": ((4,), "int32"),
+    }
+    assert (batch["input_ids"][:, 0] == source.vocab.cls_id).all()
+    assert "bertjax_pretrain_" in " ".join(seqio.TaskRegistry.names())
+
+
+def test_tokenization_in_tf_data_matches_python_encode(source, bert_sample):
+    first = bert_sample.read_text(encoding="utf-8").splitlines()[0]
+    start, stop = source.corpus.offsets[0][:2]
+    ids = source.corpus.tokens[0][start:stop]
+    assert list(ids) == source.vocab.encode(first)
+
+
+def test_resume_at_an_example_index(source):
+    full = take(source.batches(0, 64, 4), 5)
+    resumed = take(source.batches(8, 64, 4), 3)
+    for a, b in zip(full[2:], resumed, strict=True):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_host_shards_interleave_to_the_single_host_stream(source):
+    task = source.task(64)
+    single = take(task.get_dataset(split="train", shuffle=False).as_numpy_iterator(), 6)
+    shards = [
+        take(
+            task.get_dataset(
+                split="train", shuffle=False, shard_info=seqio.ShardInfo(i, 2)
+            ).as_numpy_iterator(),
+            3,
+        )
+        for i in range(2)
+    ]
+    interleaved = [shards[i % 2][i // 2] for i in range(6)]
+    for a, b in zip(single, interleaved, strict=True):
+        np.testing.assert_array_equal(a["input_ids"], b["input_ids"])
+
+
+def test_learned_vocabulary_is_kept_in_the_workdir(tmp_path, bert_sample):
+    first = BertPretrainingSource(corpus=str(bert_sample), vocab_size=600)
+    first.prepare(tmp_path)
+    stored = (tmp_path / "vocab.txt").read_text()
+    second = BertPretrainingSource(corpus=str(bert_sample), vocab_size=900)
+    second.prepare(tmp_path)  # a resumed run keeps the ids it trained with
+    assert (tmp_path / "vocab.txt").read_text() == stored
+    assert second.vocab_size == first.vocab_size

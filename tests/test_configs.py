@@ -1,0 +1,67 @@
+"""Every gin file parses and builds: sizes, meshes, runs and experiments."""
+
+import pathlib
+
+import gin
+import pytest
+
+from bertjax.cli import gin_utils
+from bertjax.cli.experiment import Experiment
+from bertjax.models.bert import PARAM_COUNTS, BertConfig
+from bertjax.training.mesh import mesh_shape
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
+EXPERIMENTS = sorted(
+    p.relative_to(CONFIGS.parent).as_posix() for p in (CONFIGS / "experiments").glob("*.gin")
+)
+BERT_MODELS = sorted((CONFIGS / "models").glob("bert_*.gin"))
+
+
+@pytest.fixture(autouse=True)
+def clean_gin():
+    gin.clear_config()
+    yield
+    gin.clear_config()
+
+
+@pytest.mark.parametrize("path", BERT_MODELS, ids=lambda p: p.stem)
+def test_bert_model_files_build_their_size(path):
+    gin_utils.parse([str(path)], [])
+    config = gin.get_configurable("bertjax.bert_config")()
+    size = path.stem.removeprefix("bert_")
+    assert isinstance(config, BertConfig) and f"{PARAM_COUNTS[size] / 1e6:.1f}M" in path.read_text()
+
+
+@pytest.mark.parametrize("name, devices", [("cpu", 8), ("tpu_v3_32", 32), ("tpu_v3_128", 128)])
+def test_mesh_files_fit_their_device_count(name, devices):
+    gin_utils.parse([f"configs/meshes/{name}.gin"], [])
+    data = gin.query_parameter("make_mesh.data")
+    fsdp = gin.query_parameter("make_mesh.fsdp")
+    model = gin.query_parameter("make_mesh.model")
+    assert mesh_shape(devices, data, fsdp, model)[0] * fsdp * model == devices
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS)
+def test_experiments_build(path):
+    gin_utils.parse([path], [])
+    experiment = Experiment()
+    assert experiment.batch_size > 0 and experiment.num_steps > 0
+    assert experiment.task.model is not None and experiment.optimizer is not None
+    batch = experiment.task.example_batch(2, experiment.seq_phases[-1][1])
+    assert all(v.shape[0] == 2 for v in batch.values())
+
+
+def test_paper_setups():
+    gin_utils.parse(["configs/experiments/bert_base_tpu_v3_32.gin"], [])
+    base = Experiment()
+    assert (base.batch_size, base.num_steps) == (256, 1_000_000)
+    assert base.seq_phases == ((0.9, 128), (0.1, 512))
+    assert base.task.model.config.num_layers == 12 and base.task.model.config.dtype == "bfloat16"
+    gin.clear_config()
+    gin_utils.parse(["configs/experiments/bert_large_tpu_v3_128.gin"], [])
+    assert Experiment().task.model.config.num_layers == 24
+
+
+def test_unknown_experiment_names_the_choices():
+    with pytest.raises(gin_utils.ConfigError, match="bert_tiny_cpu.gin"):
+        gin_utils.parse(["configs/experiments/bert_tiny.gin"], [])
