@@ -12,11 +12,12 @@ import time
 from typing import Any
 
 import gin
+import jax
 from absl import app, flags
 
 from bertjax.cli import gin_utils
 from bertjax.cli.experiment import Experiment
-from bertjax.training import loop
+from bertjax.training import distributed, loop
 from bertjax.training.mesh import make_mesh
 
 FLAGS = flags.FLAGS
@@ -24,6 +25,10 @@ flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
 flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also --gin.NAME=VALUE).")
 flags.DEFINE_string("workdir", None, "Run directory: checkpoints, TensorBoard, metrics.jsonl.")
 flags.DEFINE_bool("progress", True, "Show the progress bar.")
+flags.DEFINE_bool("distributed", False, "Multi-host on a TPU pod: peers are detected.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host by hand).")
+flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
+flags.DEFINE_integer("process_id", None, "This process's id (with --coordinator_address).")
 
 
 def train(workdir: str, show_progress: bool = True) -> dict[str, Any]:
@@ -38,9 +43,20 @@ def train(workdir: str, show_progress: bool = True) -> dict[str, Any]:
             f"{model_vocab}: set bert_config.vocab_size >= {exp.source.vocab_size}"
         )
     return loop.run_training(
-        workdir, exp.task, exp.source, exp.optimizer, mesh, exp.batch_size, exp.num_steps,
-        exp.seq_phases, exp.accum_steps, exp.seed, exp.log_every, exp.checkpoint_every,
-        exp.keep_checkpoints, show_progress,
+        workdir,
+        exp.task,
+        exp.source,
+        exp.optimizer,
+        mesh,
+        exp.batch_size,
+        exp.num_steps,
+        exp.seq_phases,
+        exp.accum_steps,
+        exp.seed,
+        exp.log_every,
+        exp.checkpoint_every,
+        exp.keep_checkpoints,
+        show_progress,
     )
 
 
@@ -67,12 +83,16 @@ def main(argv: list[str]) -> None:
             raise gin_utils.ConfigError(
                 "--gin_file is required: e.g. --gin_file=configs/experiments/bert_tiny_cpu.gin"
             )
+        distributed.initialize(
+            FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id, auto=FLAGS.distributed
+        )
         gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
         workdir = pathlib.Path(FLAGS.workdir)
         start = time.perf_counter()
         summary = train(str(workdir), show_progress=FLAGS.progress)
-        (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
-        print(summarize(summary, workdir, time.perf_counter() - start))
+        if jax.process_index() == 0:
+            (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
+            print(summarize(summary, workdir, time.perf_counter() - start))
     except (ValueError, OSError) as err:
         gin_utils.fail("bertjax-train", err)
 

@@ -68,7 +68,8 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
             matches = sorted(path.glob("*.txt"))
             if not matches:
                 raise CorpusError(
-                    f"{path}: directory has no *.txt files; fix the corpus setting (bert_pretraining_source.corpus)"
+                    f"{path}: directory has no *.txt files; fix the corpus setting"
+                    " (bert_pretraining_source.corpus)"
                 )
         elif path.is_file():
             matches = [path]
@@ -77,7 +78,8 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
             matches = [p for p in matches if p.is_file()]
             if not matches:
                 raise CorpusError(
-                    f"{entry}: no such file, directory or glob match; fix the corpus setting (bert_pretraining_source.corpus)"
+                    f"{entry}: no such file, directory or glob match; fix the corpus setting"
+                    " (bert_pretraining_source.corpus)"
                 )
         files.update(dict.fromkeys(matches))
     return list(files)
@@ -88,7 +90,10 @@ def _read_lines(path: pathlib.Path) -> list[str]:
     try:
         data = path.read_bytes()
     except OSError as e:
-        raise CorpusError(f"{path}: cannot read ({e.strerror}); fix the corpus setting (bert_pretraining_source.corpus)") from e
+        raise CorpusError(
+            f"{path}: cannot read ({e.strerror}); fix the corpus setting"
+            " (bert_pretraining_source.corpus)"
+        ) from e
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError:
@@ -138,7 +143,10 @@ def read_documents(
                 documents.append(document)
     if not documents:
         names = ", ".join(str(p) for p in files[:3]) + (", ..." if len(files) > 3 else "")
-        raise CorpusError(f"corpus is empty: no sentences in {names}; fix the corpus setting (bert_pretraining_source.corpus)")
+        raise CorpusError(
+            f"corpus is empty: no sentences in {names}; fix the corpus setting"
+            " (bert_pretraining_source.corpus)"
+        )
     return documents
 
 

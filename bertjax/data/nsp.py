@@ -63,7 +63,8 @@ def check_corpus(corpus: Corpus, nsp: bool) -> None:
     if nsp and corpus.num_multi_sentence == 0:
         raise ValueError(
             "NSP needs documents of 2+ sentences but none has more than one: write the corpus "
-            "one sentence per line with blank lines between documents, or turn NSP off (--gin.NSP=False)"
+            "one sentence per line with blank lines between documents, or turn NSP off "
+            "(--gin.NSP=False)"
         )
     if nsp and corpus.num_documents < 2:
         raise ValueError(

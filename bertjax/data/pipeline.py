@@ -135,11 +135,16 @@ class BertPretrainingSource:
             max_seq_length=seq_length, max_predictions_per_seq=predictions, **self.options
         )
 
-    def task(self, seq_length: int) -> seqio.Task:
-        """The registered seqio Task for this corpus at `seq_length`."""
+    def task(self, seq_length: int, block_size: int = 1) -> seqio.Task:
+        """The registered seqio Task for this corpus at `seq_length`.
+
+        Host shards are blocks of `block_size` examples (the per-host batch), so a global batch
+        is the same for any number of hosts.
+        """
         slug = re.sub(r"[^a-z0-9]+", "_", self.corpus_name.lower()).strip("_")[-40:]
         name = f"bertjax_pretrain_{slug}_{seq_length}"
-        return register_pretraining_task(name, self.corpus, self._vocab(), self.config(seq_length))
+        config = self.config(seq_length)
+        return register_pretraining_task(name, self.corpus, self._vocab(), config, block_size)
 
     def batches(
         self, start_index: int, seq_length: int, batch_size: int
@@ -148,7 +153,7 @@ class BertPretrainingSource:
         shard = seqio.ShardInfo(jax.process_index(), jax.process_count())
         if self.corpus_name.startswith("tfds:"):  # documents are already split per host
             shard, start_index = None, start_index // jax.process_count()
-        dataset = self.task(seq_length).get_dataset(
+        dataset = self.task(seq_length, block_size=batch_size).get_dataset(
             split=f"train[{start_index}:]",
             shuffle=False,
             seed=self.seed,

@@ -136,13 +136,25 @@ def static_instances(corpus: Corpus, config: PretrainingConfig, seed: int) -> np
     return np.array(table, np.int64).reshape(-1, len(PairInstance._fields))
 
 
+def _owned_indices(
+    start: int, process_index: int, process_count: int, block_size: int
+) -> Iterator[int]:
+    """Global indices >= start with (i // block_size) % process_count == process_index."""
+    block = start // block_size
+    block += (process_index - block) % process_count
+    while True:
+        first = block * block_size
+        yield from range(max(first, start), first + block_size)
+        block += process_count
+
+
 def _static_instances(
-    corpus: Corpus, config: PretrainingConfig, seed: int, first: int, step: int
+    corpus: Corpus, config: PretrainingConfig, seed: int, indices: Iterator[int]
 ) -> Iterator[tuple]:
-    """(index, instance, mask rng key) for indices first, first + step, ... of the loop."""
+    """(index, instance, mask rng key) for the given increasing indices of the loop."""
     table = static_instances(corpus, config, seed)
     epoch, order = -1, None
-    for index in itertools.count(first, step):
+    for index in indices:
         e, position = divmod(index, len(table))
         if e != epoch:
             epoch, order = e, _rng(seed, _STATIC_ORDER, e).permutation(len(table))
@@ -160,11 +172,14 @@ def iterate_examples(
     process_index: int = 0,
     process_count: int = 1,
     is_continuation: np.ndarray | None = None,
+    block_size: int = 1,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Endless stream of this process's pretraining examples, from global index start_index.
 
     `documents`: lists of sentences, each a 1-D int array of WordPiece ids. This process yields
-    the global examples i >= start_index with i % process_count == process_index.
+    the global examples i >= start_index with (i // block_size) % process_count ==
+    process_index: with block_size = the per-host batch, each global batch holds the same
+    examples in the same order whatever the number of hosts.
     `is_continuation` (bool per vocab id, True for '##' pieces) is needed for
     whole_word_masking and ignored otherwise.
     """
@@ -182,14 +197,16 @@ def iterate_examples(
     continuation = is_continuation if config.whole_word_masking else None
     corpus = documents if isinstance(documents, Corpus) else Corpus(documents)
     check_corpus(corpus, config.nsp)
-    first = start_index + (process_index - start_index) % process_count
+    if block_size < 1:
+        raise ValueError(f"block_size={block_size} must be >= 1")
     if config.masking == "static":
-        stream = _static_instances(corpus, config, seed, first, process_count)
+        indices = _owned_indices(start_index, process_index, process_count, block_size)
+        stream = _static_instances(corpus, config, seed, indices)
     else:
         stream = (
             item
             for item in _dynamic_instances(corpus, config, seed)
-            if item[0] >= first and item[0] % process_count == process_index
+            if item[0] >= start_index and (item[0] // block_size) % process_count == process_index
         )
     for _, instance, (tag, key) in stream:
         yield make_example(corpus, instance, special, config, _rng(seed, tag, key), continuation)

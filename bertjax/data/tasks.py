@@ -4,8 +4,10 @@
         --> Corpus (numpy) --(nsp.py pairs, masking.py)--> fixed-shape examples
 
 The split names the first global example: "train[12345:]" resumes at example 12345, so a
-resume never re-masks what it skips. Shards (`seqio.ShardInfo`, one per host) are disjoint:
-host p of P takes the global examples i with i % P == p.
+resume never re-masks what it skips. Shards (`seqio.ShardInfo`, one per host) are disjoint
+blocks: with `block_size` b, host p of P takes the global examples i with (i // b) % P == p.
+With b = the per-host batch, a global batch is the same examples, in the same order, for any
+number of hosts.
 """
 
 import re
@@ -60,10 +62,11 @@ class PretrainingSource(seqio.DataSource):
         special: SpecialIds,
         config: PretrainingConfig,
         is_continuation: np.ndarray | None = None,
+        block_size: int = 1,
     ):
         super().__init__(splits=["train"], caching_permitted=False)
         self.corpus, self.special, self.config = corpus, special, config
-        self.is_continuation = is_continuation
+        self.is_continuation, self.block_size = is_continuation, block_size
 
     @property
     def supports_arbitrary_sharding(self) -> bool:
@@ -98,6 +101,7 @@ class PretrainingSource(seqio.DataSource):
                 process_index=index,
                 process_count=count,
                 is_continuation=self.is_continuation,
+                block_size=self.block_size,
             )
 
         signature = {
@@ -124,12 +128,16 @@ def output_features(vocab: WordPieceVocabulary) -> dict[str, seqio.Feature]:
 
 
 def register_pretraining_task(
-    name: str, corpus: Corpus, vocab: WordPieceVocabulary, config: PretrainingConfig
+    name: str,
+    corpus: Corpus,
+    vocab: WordPieceVocabulary,
+    config: PretrainingConfig,
+    block_size: int = 1,
 ) -> seqio.Task:
     """Register (or replace) the seqio Task `name` producing BERT pretraining examples."""
     special = SpecialIds.from_vocabulary(vocab)
     is_continuation = continuation_mask(vocab.tokens) if config.whole_word_masking else None
-    source = PretrainingSource(corpus, special, config, is_continuation)
+    source = PretrainingSource(corpus, special, config, is_continuation, block_size)
     if name in seqio.TaskRegistry.names():
         seqio.TaskRegistry.remove(name)
     return seqio.TaskRegistry.add(name, source=source, output_features=output_features(vocab))

@@ -152,6 +152,35 @@ def test_process_shards_are_disjoint_and_cover(corpus, run):
             np.testing.assert_array_equal(shard[k], run[k][first : first + n : count], err_msg=k)
 
 
+@pytest.mark.parametrize("masking", ["dynamic", "static"])
+def test_block_shards_rebuild_each_global_batch_in_order(corpus, masking):
+    config = PretrainingConfig(masking=masking, dupe_factor=2, max_seq_length=64)
+    hosts, block, start = 2, 4, 16  # global batch 8 = two per-host blocks of 4
+    full = stack(take(iterate_examples(*corpus, config, seed=0, start_index=start), 24))
+    shards = [
+        stack(
+            take(
+                iterate_examples(
+                    *corpus,
+                    config,
+                    seed=0,
+                    start_index=start,
+                    process_index=p,
+                    process_count=hosts,
+                    block_size=block,
+                ),
+                12,
+            )
+        )
+        for p in range(hosts)
+    ]
+    for k in full:
+        rebuilt = np.concatenate(
+            [np.concatenate([s[k][b * block : (b + 1) * block] for s in shards]) for b in range(3)]
+        )
+        np.testing.assert_array_equal(rebuilt, full[k], err_msg=k)
+
+
 def test_static_masking_repeats_fixed_masks_every_epoch(corpus):
     config = PretrainingConfig(masking="static", dupe_factor=2, max_seq_length=64)
     size = len(static_instances(corpus[0], config, seed=0))
