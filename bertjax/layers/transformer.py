@@ -36,6 +36,9 @@ class TransformerConfig:
     initializer_range: float = 0.02
     scale_residual_init: bool = False  # GPT-2: residual projections scaled by 1/sqrt(2 L)
     remat: bool = False
+    # One scanned block: compile time independent of depth. XLA's cost analysis then counts
+    # the FLOPs of one layer only, so bertjax-compile reports are made unrolled.
+    scan_layers: bool = False
     dtype: Any = jnp.float32  # compute dtype
     param_dtype: Any = jnp.float32
 
@@ -100,7 +103,9 @@ class TransformerBlock(nn.Module):
     config: TransformerConfig
 
     @nn.compact
-    def __call__(self, x_BxLxE: Array, mask: Array | None, deterministic: bool) -> Array:
+    def __call__(
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False
+    ) -> Array:
         cfg = self.config
         attention = MultiHeadAttention(
             num_heads=cfg.num_heads,
@@ -119,11 +124,11 @@ class TransformerBlock(nn.Module):
 
         if cfg.pre_layer_norm:
             x_BxLxE = x_BxLxE + dropout(
-                attention(ln_attention(x_BxLxE), mask, deterministic), deterministic
+                attention(ln_attention(x_BxLxE), mask, deterministic, decode), deterministic
             )
             x_BxLxE = x_BxLxE + dropout(mlp(ln_mlp(x_BxLxE)), deterministic)
         else:
-            attended = dropout(attention(x_BxLxE, mask, deterministic), deterministic)
+            attended = dropout(attention(x_BxLxE, mask, deterministic, decode), deterministic)
             x_BxLxE = ln_attention(x_BxLxE + attended)
             x_BxLxE = ln_mlp(x_BxLxE + dropout(mlp(x_BxLxE), deterministic))
         return nn.with_logical_constraint(x_BxLxE, ("batch", "length", "act_embed"))
@@ -133,23 +138,60 @@ class TransformerStack(nn.Module):
     """`num_layers` blocks; returns the final states and every layer's output.
 
     The list of hidden states starts with the stack's input (the embeddings), so it has
-    num_layers + 1 entries: what feature extraction and scalar mixes consume.
+    num_layers + 1 entries: what feature extraction and scalar mixes consume. `decode=True`
+    runs the attention layers from their key/value caches (see layers/attention.py).
     """
 
     config: TransformerConfig
 
     @nn.compact
     def __call__(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False
     ) -> tuple[Array, list[Array]]:
         cfg = self.config
+        if cfg.scan_layers and not decode:
+            return self._scanned(x_BxLxE, mask, deterministic)
         block_cls = TransformerBlock
-        if cfg.remat:
-            block_cls = nn.remat(TransformerBlock, static_argnums=(3,))
+        if cfg.remat and not decode:
+            block_cls = nn.remat(TransformerBlock, static_argnums=(3, 4))
         hidden_states = [x_BxLxE]
         for i in range(cfg.num_layers):
-            x_BxLxE = block_cls(cfg, name=f"layer_{i}")(x_BxLxE, mask, deterministic)
+            x_BxLxE = block_cls(cfg, name=f"layer_{i}")(x_BxLxE, mask, deterministic, decode)
             hidden_states.append(x_BxLxE)
         if cfg.pre_layer_norm:
             x_BxLxE = layer_norm(cfg, "final_layer_norm")(x_BxLxE)
         return x_BxLxE, hidden_states
+
+    def _scanned(
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool
+    ) -> tuple[Array, list[Array]]:
+        """The blocks as one `nn.scan`: parameters stacked on a leading "layers" axis."""
+        cfg = self.config
+        body = _ScanBlock
+        if cfg.remat:
+            body = nn.remat(_ScanBlock, prevent_cse=False)
+        scanned = nn.scan(
+            body,
+            variable_axes={"params": 0},
+            split_rngs={"params": True, "dropout": True},
+            in_axes=nn.broadcast,
+            length=cfg.num_layers,
+            metadata_params={nn.PARTITION_NAME: "layers"},
+        )
+        y_BxLxE, stacked_NxBxLxE = scanned(cfg, deterministic, name="layers")(x_BxLxE, mask)
+        hidden_states = [x_BxLxE, *stacked_NxBxLxE]
+        if cfg.pre_layer_norm:
+            y_BxLxE = layer_norm(cfg, "final_layer_norm")(y_BxLxE)
+        return y_BxLxE, hidden_states
+
+
+class _ScanBlock(nn.Module):
+    """A TransformerBlock in scan form: (carry, mask) -> (carry, this layer's output)."""
+
+    config: TransformerConfig
+    deterministic: bool
+
+    @nn.compact
+    def __call__(self, x_BxLxE: Array, mask: Array | None) -> tuple[Array, Array]:
+        y_BxLxE = TransformerBlock(self.config, name="block")(x_BxLxE, mask, self.deterministic)
+        return y_BxLxE, y_BxLxE

@@ -41,6 +41,7 @@ class BertConfig:
     dtype: str = "float32"
     param_dtype: str = "float32"
     remat: bool = False
+    scan_layers: bool = False  # TPU configs: compile one block; HF import needs it off
 
     def transformer(self) -> TransformerConfig:
         return TransformerConfig(
@@ -55,6 +56,7 @@ class BertConfig:
             layer_norm_eps=self.layer_norm_eps,
             initializer_range=self.initializer_range,
             remat=self.remat,
+            scan_layers=self.scan_layers,
             dtype=jnp.dtype(self.dtype),
             param_dtype=jnp.dtype(self.param_dtype),
         )

@@ -1,0 +1,34 @@
+"""A scanned Transformer stack computes exactly what the unrolled one does."""
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax.layers.attention import causal_mask
+from bertjax.layers.transformer import TransformerConfig, TransformerStack
+
+
+@pytest.mark.parametrize("pre_layer_norm", [False, True], ids=["post-ln", "pre-ln"])
+def test_scanned_stack_equals_unrolled(pre_layer_norm):
+    config = TransformerConfig(
+        num_layers=3, hidden_size=32, num_heads=4, mlp_dim=64, pre_layer_norm=pre_layer_norm
+    )
+    x_BxLxE = jax.random.normal(jax.random.key(0), (2, 7, 32))
+    mask = causal_mask(7)
+    unrolled = TransformerStack(config)
+    params = nn.unbox(unrolled.init(jax.random.key(1), x_BxLxE, mask, True)["params"])
+    scanned = TransformerStack(dataclasses.replace(config, scan_layers=True))
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[params[f"layer_{i}"] for i in range(3)])
+    scanned_params = {"layers": {"block": stacked}}
+    if pre_layer_norm:
+        scanned_params["final_layer_norm"] = params["final_layer_norm"]
+    expected, expected_hidden = unrolled.apply({"params": params}, x_BxLxE, mask, True)
+    got, got_hidden = scanned.apply({"params": scanned_params}, x_BxLxE, mask, True)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    assert len(got_hidden) == len(expected_hidden) == 4
+    for a, b in zip(got_hidden, expected_hidden, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
