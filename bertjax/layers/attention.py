@@ -1,4 +1,11 @@
-"""Multi-head dot-product attention with logical partitioning (bidirectional or causal)."""
+"""Multi-head dot-product attention with logical partitioning (bidirectional or causal).
+
+With `decode=True` the module keeps a key/value cache in the "cache" collection for
+autoregressive decoding: the first (initialising) call sizes the cache from its input
+[B, T]; later calls write their L new keys/values at the cache index and attend causally over
+the T cached positions, also under the caller's [B, 1, 1, T] key mask (padding). Parameters
+and the default (decode=False) path are unchanged, so BERT's numerics are too.
+"""
 
 from typing import Any
 
@@ -34,8 +41,31 @@ class MultiHeadAttention(nn.Module):
         init = nn.initializers.zeros if std is None else nn.initializers.normal(std)
         return self.param(name, nn.with_logical_partitioning(init, axes), shape, self.param_dtype)
 
+    def _cached(
+        self, k_BxLxHxD: Array, v_BxLxHxD: Array, mask: Array | None
+    ) -> tuple[Array, Array, Array]:
+        """Append k/v at the cache index: the whole cache [B, T, H, D] and the causal mask."""
+        initialised = self.has_variable("cache", "cached_key")
+        shape, dtype = k_BxLxHxD.shape, k_BxLxHxD.dtype
+        cached_k = self.variable("cache", "cached_key", jnp.zeros, shape, dtype)
+        cached_v = self.variable("cache", "cached_value", jnp.zeros, shape, dtype)
+        index = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
+        L, T = shape[1], cached_k.value.shape[1]
+        query_pos_L = (index.value if initialised else 0) + jnp.arange(L)
+        causal_1x1xLxT = (jnp.arange(T)[None, :] <= query_pos_L[:, None])[None, None]
+        mask = causal_1x1xLxT if mask is None else causal_1x1xLxT & mask
+        if not initialised:  # the sizing call: attend over its own keys
+            return k_BxLxHxD, v_BxLxHxD, mask
+        start = (0, index.value, 0, 0)
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k_BxLxHxD, start)
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v_BxLxHxD, start)
+        index.value = index.value + L
+        return cached_k.value, cached_v.value, mask
+
     @nn.compact
-    def __call__(self, x_BxLxE: Array, mask: Array | None, deterministic: bool) -> Array:
+    def __call__(
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False
+    ) -> Array:
         E, H, D = x_BxLxE.shape[-1], self.num_heads, self.head_dim
         x_BxLxE = x_BxLxE.astype(self.dtype)
 
@@ -51,6 +81,8 @@ class MultiHeadAttention(nn.Module):
         q_BxLxHxD = project("query") / jnp.sqrt(D).astype(self.dtype)
         k_BxLxHxD = project("key")
         v_BxLxHxD = project("value")
+        if decode:  # keys/values over the whole cache: [B, T, H, D]
+            k_BxLxHxD, v_BxLxHxD, mask = self._cached(k_BxLxHxD, v_BxLxHxD, mask)
 
         logits_BxHxLxL = jnp.einsum("bqhd,bkhd->bhqk", q_BxLxHxD, k_BxLxHxD)
         logits_BxHxLxL = logits_BxHxLxL.astype(jnp.float32)  # softmax in float32
