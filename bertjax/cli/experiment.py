@@ -38,4 +38,4 @@ class CompileTarget:
     """
 
     topology: str = ""  # libtpu's name, e.g. 'v3:4x4' for a v3-32
-    hbm_bytes_per_device: int = 16 * 2**30
+    hbm_bytes_per_device: int | None = None  # None: the device's own (16 GiB on TPU v3)

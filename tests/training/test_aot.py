@@ -1,0 +1,148 @@
+"""Ahead-of-time compilation for TPU slices: needs libtpu (pip install -e '.[tpu]'), not a TPU."""
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bertjax.cli import compile as compile_cli
+from bertjax.cli.gin_utils import REPO_ROOT, ConfigError
+from bertjax.training import aot
+
+needs_libtpu = pytest.mark.skipif(
+    importlib.util.find_spec("libtpu") is None,
+    reason="libtpu is not installed: pip install -e '.[tpu]' to compile for TPU topologies",
+)
+
+BASE = "configs/experiments/bert_base_tpu_v3_32.gin"
+LARGE = "configs/experiments/bert_large_tpu_v3_128.gin"
+# BERT-tiny with 8192 sequences of 512 per core: the compiler gives up in seconds.
+TOO_BIG = ["bert_config.size = 'tiny'", "BATCH_SIZE = 262144", "train.seq_phases = ((1.0, 512),)"]
+
+
+def test_batch_spec_follows_the_task():
+    from bertjax.models.bert import bert_config
+    from bertjax.objectives.pretraining import bert_pretraining_task
+
+    spec = aot.batch_spec(bert_pretraining_task(bert_config("tiny")), 256, 512)
+    assert spec["input_ids"] == ((256, 512), np.int32)
+    assert spec["masked_lm_weights"] == ((256, 80), np.float32)  # the paper's 80 at 512
+    assert spec["next_sentence_label"] == ((256,), np.int32)
+    assert len(spec) == 7
+
+
+def test_memory_counts_donated_state_once():
+    gib = aot.GiB
+    use = aot.MemoryUse(
+        arguments=3 * gib, outputs=3 * gib, aliased=3 * gib, temporaries=gib, code=0
+    )
+    assert use.total == 4 * gib
+
+
+def test_required_bytes_from_compiler_message():
+    message = (
+        "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+        "temporaries (52.94G) exceeds available HBM (15.48G)."
+    )
+    assert aot.required_bytes(message) == int(52.94 * aot.GiB)
+    assert aot.required_bytes("RESOURCE_EXHAUSTED: something else") is None
+
+
+def test_roofline_takes_the_slower_of_compute_and_memory():
+    fields = dict(
+        seq_length=128,
+        steps=10,
+        batch_size=8,
+        num_params=100,
+        num_devices=4,
+        hbm_bytes=aot.GiB,
+        memory=aot.MemoryUse(1, 1, 1, 1, 1),
+        required_bytes=None,
+        flops=1.0,
+        bytes_accessed=1.0,
+        xla_seconds=None,
+        compile_seconds=0.0,
+    )
+    report = aot.PhaseReport(**fields, compute_seconds=2.0, memory_seconds=3.0)
+    assert (report.step_seconds, report.bound, report.phase_seconds) == (3.0, "memory", 30.0)
+    assert report.model_flops == 6 * 100 * 8 * 128
+    assert report.fits
+
+
+def test_compile_cli_imports_beside_train_cli():
+    import bertjax.cli.train  # noqa: F401  (both define the gin flags)
+
+    compile_cli.define_flags()
+
+
+def test_no_topology_is_one_actionable_line():
+    with pytest.raises(aot.AotError, match="set aot_compile.topology"):
+        aot.topology_devices("")
+
+
+@needs_libtpu
+def test_unknown_topology_is_one_actionable_line():
+    with pytest.raises(aot.AotError, match="unknown TPU topology 'v9:4x4'.*aot_compile.topology"):
+        aot.topology_devices("v9:4x4")
+
+
+@needs_libtpu
+def test_v3_slices_have_two_devices_per_chip():
+    devices = aot.topology_devices("v3:4x4")
+    assert len(devices) == 32
+    assert aot.accelerator_of(devices) is aot.ACCELERATORS["TPU v3"]
+
+
+@pytest.mark.slow
+@needs_libtpu
+@pytest.mark.parametrize(
+    "gin_file, cores", [(BASE, 32), (LARGE, 128)], ids=["bert_base_v3_32", "bert_large_v3_128"]
+)
+def test_paper_experiments_fit_in_both_phases(gin_file, cores):
+    result = compile_cli.compile_experiment([gin_file])
+    assert [(p.seq_length, p.steps) for p in result.phases] == [(128, 900_000), (512, 100_000)]
+    for p in result.phases:
+        assert p.num_devices == cores
+        assert p.fits, f"seq {p.seq_length}: {p.memory}"
+        assert p.memory.aliased > 0.9 * p.memory.outputs  # the state is donated, updated in place
+        # XLA's count agrees with 6 * params * tokens to within the embeddings and attention.
+        assert 0.5 < p.flops * p.num_devices / p.model_flops < 1.2
+        assert p.step_seconds > 0
+    compile_cli.check_fits(result)
+    table = compile_cli.format_report(result)
+    assert table.count(" yes ") == 2 and "total" in table
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_bert_large_on_a_v3_8_does_not_fit_at_length_512():
+    bindings = [
+        "aot_compile.topology = 'v3:2x2'",
+        "make_mesh.data = 8",
+        "train.seq_phases = ((1.0, 512),)",
+    ]
+    result = compile_cli.compile_experiment([LARGE], bindings)
+    assert not result.fits
+    with pytest.raises(ConfigError, match="does not fit on a TPU v3 core.*remat"):
+        compile_cli.check_fits(result)
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_cli_reports_a_config_that_does_not_fit_in_one_line():
+    args = [f"--gin.{b.replace(' = ', '=')}" for b in TOO_BIG]
+    proc = subprocess.run(
+        [sys.executable, "-m", "bertjax.cli.compile", f"--gin_file={BASE}", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "ran out of HBM" in proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "bertjax-compile: error: the train step at sequence length 512 does not fit"
+    ), last
