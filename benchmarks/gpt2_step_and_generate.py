@@ -1,0 +1,162 @@
+"""GPT-2 throughput, bertjax (JAX) vs transformers (torch), same machine, weights and batches.
+
+    training step:  tokens/s of forward + backward + AdamW update on [batch, seq] next-token LM
+    generation:     new tokens/s, greedy, --new_tokens per prompt, batch 1 and 8 (left-padded
+                    prompts), bertjax's jitted KV-cache loop vs transformers' generate()
+
+    XLA_FLAGS= python benchmarks/gpt2_step_and_generate.py --size=gpt2_small
+    XLA_FLAGS= python benchmarks/gpt2_step_and_generate.py --size=gpt2_small --steps=2 \
+        --gen_batches=1,8 --json=/tmp/gpt2_bench.json
+
+Times exclude compilation (one warm-up call each side) and are the median of --repeats.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import jax
+import numpy as np
+import torch
+import transformers
+
+from bertjax.convert.hf_gpt import config_from_hf, hf_to_bertjax
+from bertjax.generation.decode import generate_ids, left_pad
+from bertjax.generation.sampling import GREEDY
+from bertjax.models.gpt import SIZES, GptLM
+from bertjax.objectives.lm import gpt_pretraining_task
+from bertjax.training.loop import build_trainer
+from bertjax.training.mesh import make_mesh
+from bertjax.training.optim import make_optimizer
+
+
+def median_seconds(fn, repeats):
+    fn()  # warm-up (compilation)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def hf_model(size):
+    layers, hidden, heads, _ = SIZES[size]
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def train_step_rates(model, batch, seq, steps):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 50257, (batch, seq + 1))
+    tokens = batch * seq
+
+    config = config_from_hf(model.config.to_dict())
+    task = gpt_pretraining_task(config)
+    tx = make_optimizer(learning_rate=1e-4, warmup_steps=10, total_steps=1000)
+    jax_batch = {"input_ids": ids[:, :-1].astype(np.int32),
+                 "target_ids": ids[:, 1:].astype(np.int32),
+                 "loss_weights": np.ones((batch, seq), np.float32)}
+    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), jax_batch)
+    holder = {"state": trainer.init()}
+    device_batch = trainer.device_batch(jax_batch)
+
+    def jax_step():
+        holder["state"], metrics = trainer.step(holder["state"], device_batch)
+        jax.block_until_ready(metrics["loss"])
+
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+    torch_ids = torch.from_numpy(ids[:, :-1]).long()
+    labels = torch.from_numpy(ids).long()
+
+    def torch_step():
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(input_ids=torch_ids).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 labels[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+
+    return (tokens / median_seconds(jax_step, steps),
+            tokens / median_seconds(torch_step, steps))
+
+
+def generation_rates(model, batch, prompt_len, new_tokens, repeats):
+    config = config_from_hf(model.config.to_dict())
+    params = jax.device_put(hf_to_bertjax(model.state_dict(), config))
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 50257, rng.integers(prompt_len // 2, prompt_len + 1)).tolist()
+               for _ in range(batch)]
+    ids, mask = left_pad(prompts, pad_id=50256, length=prompt_len)
+    gpt = GptLM(config)
+
+    def jax_generate():
+        out = generate_ids(params, ids, mask, jax.random.key(0), model=gpt,
+                           max_new_tokens=new_tokens, sampling=GREEDY)
+        return np.asarray(out)
+
+    model.eval()
+    torch_ids, torch_mask = torch.from_numpy(ids).long(), torch.from_numpy(mask).long()
+
+    def torch_generate():
+        with torch.no_grad():
+            return model.generate(torch_ids, attention_mask=torch_mask, do_sample=False,
+                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                  pad_token_id=50256)[:, ids.shape[1]:].numpy()
+
+    same = float((jax_generate() == torch_generate()).mean())
+    tokens = batch * new_tokens
+    return (tokens / median_seconds(jax_generate, repeats),
+            tokens / median_seconds(torch_generate, repeats), same)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="gpt2_small", choices=[s for s in SIZES if "gpt2" in s])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=3, help="timed training steps (0: skip)")
+    parser.add_argument("--new_tokens", type=int, default=128)
+    parser.add_argument("--prompt_len", type=int, default=16)
+    parser.add_argument("--gen_batches", default="1,8", help="generation batch sizes ('': skip)")
+    parser.add_argument("--repeats", type=int, default=2, help="timed generate calls")
+    parser.add_argument("--json", default=None, help="also write the results here")
+    args = parser.parse_args()
+
+    model = hf_model(args.size)
+    rows, results = [], {"size": args.size, "torch_threads": torch.get_num_threads(),
+                         "jax_devices": str(jax.devices()[0])}
+    if args.steps:
+        jax_rate, torch_rate = train_step_rates(model, args.batch, args.seq, args.steps)
+        rows.append((f"train step, batch {args.batch} x {args.seq}", jax_rate, torch_rate, None))
+        print(f"{rows[-1][0]}: bertjax {jax_rate:,.0f} tok/s, torch {torch_rate:,.0f}",
+              flush=True)
+        results["train_tokens_per_s"] = {"bertjax": jax_rate, "torch": torch_rate}
+    for batch in (int(b) for b in args.gen_batches.split(",") if b):
+        jax_rate, torch_rate, same = generation_rates(model, batch, args.prompt_len,
+                                                      args.new_tokens, args.repeats)
+        rows.append((f"greedy generate, batch {batch}, {args.new_tokens} new", jax_rate,
+                     torch_rate, same))
+        print(f"{rows[-1][0]}: bertjax {jax_rate:,.0f} tok/s, torch {torch_rate:,.0f}",
+              flush=True)
+        results[f"generate_batch{batch}_tokens_per_s"] = {
+            "bertjax": jax_rate, "torch": torch_rate, "same_tokens": same}
+
+    print(f"\n{args.size} on {results['jax_devices']} (torch threads: "
+          f"{results['torch_threads']})")
+    print(f"{'':44} {'bertjax tok/s':>14} {'torch tok/s':>12} {'ratio':>7}  same tokens")
+    for name, ours, theirs, same in rows:
+        agree = "" if same is None else f"  {same:.0%}"
+        print(f"{name:44} {ours:>14,.0f} {theirs:>12,.0f} {ours / theirs:>6.2f}x{agree}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

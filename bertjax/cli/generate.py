@@ -1,0 +1,110 @@
+"""bertjax-generate: continue prompts with a GPT trained by bertjax-train (or imported).
+
+    bertjax-generate --checkpoint=workdir/gpt_tiny_cpu --prompt="The module" --prompt="A"
+    bertjax-generate --checkpoint=WORKDIR/checkpoints/300 --prompt="..." --temperature=0.8 \
+        --top_k=40 --top_p=0.95 --seed=1 --max_new_tokens=100 --stop=$'\n'
+    bertjax-generate --checkpoint=WORKDIR --task=tldr --prompt="$(cat article.txt)"
+
+--temperature=0 (or --greedy) decodes greedily. Prompts of different lengths are batched with
+left padding; each continuation is what the prompt alone would give. Errors are one line
+and exit with status 2.
+"""
+
+import json
+import logging
+import sys
+
+from absl import app, flags
+
+from bertjax.data.bpe import END_OF_TEXT
+from bertjax.generation import prompts as zero_shot
+from bertjax.generation.generator import Generator
+from bertjax.generation.sampling import GenerationError, Sampling
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("checkpoint", None, "A GPT workdir, its checkpoints/ or checkpoints/STEP.")
+flags.DEFINE_multi_string("prompt", [], "Prompt text; repeat for a batch.")
+flags.DEFINE_string("prompt_file", None, "A file with one prompt per line (added to --prompt).")
+flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate per prompt.")
+flags.DEFINE_float("temperature", 1.0, "Softmax temperature; 0 decodes greedily.")
+flags.DEFINE_bool("greedy", False, "Greedy decoding (same as --temperature=0).")
+flags.DEFINE_integer("top_k", None, "Sample among the k most likely tokens (k >= 1).")
+flags.DEFINE_float("top_p", None, "Nucleus sampling: the smallest set of mass >= p, p in (0, 1].")
+flags.DEFINE_integer("seed", 0, "Sampling seed.")
+flags.DEFINE_multi_string("stop", [END_OF_TEXT], "Stop strings (the text is cut before them).")
+flags.DEFINE_string("vocab", None, "vocab.json to use instead of the run's (with --merges).")
+flags.DEFINE_string("merges", None, "merges.txt to use instead of the run's (with --vocab).")
+flags.DEFINE_enum("task", "continue", ["continue", "tldr", "qa"],
+                  "continue: plain continuation; tldr: GPT-2's 'TL;DR:' summary prompt; qa: "
+                  "GPT-2's 'Q: ... A:' prompt, with --prompt=document and --question.")
+flags.DEFINE_string("question", None, "The question for --task=qa.")
+flags.DEFINE_bool("json", False, "Print one JSON object per prompt.")
+
+
+def _prompts() -> list[str]:
+    texts = list(FLAGS.prompt)
+    if FLAGS.prompt_file:
+        try:
+            with open(FLAGS.prompt_file, encoding="utf-8") as f:
+                texts += [line.rstrip("\n") for line in f if line.strip()]
+        except OSError as e:
+            raise GenerationError(f"{FLAGS.prompt_file}: cannot read ({e.strerror}): fix "
+                                  "--prompt_file") from None
+    if not texts:
+        raise GenerationError('no prompt: pass --prompt="..." (repeatable) or --prompt_file')
+    if FLAGS.task == "tldr":
+        texts = [zero_shot.tldr_prompt(t) for t in texts]
+    elif FLAGS.task == "qa":
+        if not FLAGS.question:
+            raise GenerationError("--task=qa needs --question=... (the document is --prompt)")
+        texts = [zero_shot.qa_prompt(t, FLAGS.question) for t in texts]
+    return texts
+
+
+def generate() -> list[tuple[str, str]]:
+    """(prompt, continuation) pairs for the flags' prompts and settings."""
+    if not FLAGS.checkpoint:
+        raise GenerationError("--checkpoint is required: pass --checkpoint=WORKDIR of a GPT run")
+    temperature = 0.0 if FLAGS.greedy else FLAGS.temperature
+    Sampling(temperature, FLAGS.top_k, FLAGS.top_p)  # check the settings before loading
+    texts = _prompts()
+    stop = list(FLAGS.stop) + (["\n"] if FLAGS.task == "qa" else [])
+    generator = Generator.from_checkpoint(FLAGS.checkpoint, FLAGS.vocab, FLAGS.merges)
+    outputs = generator.generate(texts, FLAGS.max_new_tokens, temperature, FLAGS.top_k,
+                                 FLAGS.top_p, FLAGS.seed, stop)
+    if FLAGS.task == "tldr":
+        outputs = [zero_shot.first_sentences(o) for o in outputs]
+    return list(zip(texts, outputs, strict=True))
+
+
+def fail(err: BaseException) -> None:
+    """Print `bertjax-generate: error: <one line>` and exit with status 2."""
+    message = " ".join(str(err).split()) or type(err).__name__
+    print(f"bertjax-generate: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        fail(ValueError(
+            f"unexpected argument {argv[1]!r}: quote the prompt, --prompt=\"...\""))
+    logging.getLogger("absl").setLevel(logging.WARNING)
+    try:
+        pairs = generate()
+    except (ValueError, OSError) as err:
+        fail(err)
+    for prompt, output in pairs:
+        if FLAGS.json:
+            print(json.dumps({"prompt": prompt, "continuation": output}, ensure_ascii=False))
+        else:
+            print(f"{prompt}\033[1m{output}\033[0m" if sys.stdout.isatty() else prompt + output)
+            print("-" * 40)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    run()

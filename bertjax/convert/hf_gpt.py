@@ -1,0 +1,171 @@
+"""Hugging Face GPT-2 (GPT2LMHeadModel) and OpenAI GPT (OpenAIGPTLMHeadModel) -> bertjax GptLM.
+
+Both use Conv1D layers whose weights are [in, out] (flax's layout, no transpose), and a fused
+query/key/value projection c_attn [E, 3E] = [q | k | v], each split into heads as (H, D):
+
+    transformer.wte / tokens_embed.weight       [V, E]  token_embeddings/embedding
+    transformer.wpe / positions_embed.weight    [P, E]  position_embeddings/embedding
+    transformer.h.{i}.attn.c_attn.weight        [E, 3E] transformer/layer_{i}/attention/
+                                                          {query,key,value}_kernel (E, H, D)
+    transformer.h.{i}.attn.c_proj.weight        [E, E]  .../attention/out_kernel (H, D, E)
+    transformer.h.{i}.ln_1 / ln_2               [E]     .../attention_layer_norm / mlp_layer_norm
+    transformer.h.{i}.mlp.c_fc / c_proj.weight  [E, M] / [M, E]   .../mlp/wi / wo kernel
+    transformer.ln_f (GPT-2 only)               [E]     transformer/final_layer_norm
+    lm_head.weight                              tied to the token embeddings: checked, not stored
+
+ln_1 is the LayerNorm before attention in GPT-2 (pre-LN) and after it in GPT (post-LN); the
+stack's `pre_layer_norm` decides, so the names map one to one. Import with `load_hf_gpt(dir)`
+or `hf_to_bertjax(state_dict, config)`; the head count comes from config.json.
+"""
+
+import json
+import os
+import pathlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from bertjax.convert.hf_bert import load_hf_state_dict
+from bertjax.models.gpt import GptConfig
+
+PathLike = str | os.PathLike
+_ACTIVATIONS = {  # family: config.json activation -> bertjax activation
+    "gpt2": {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu",
+             "relu": "relu"},
+    "openai-gpt": {"gelu": "gelu_tanh", "relu": "relu"},  # its "gelu" is the tanh form
+}
+_NAMES = {  # family: (token embeddings, position embeddings, final LayerNorm or None)
+    "gpt2": ("wte", "wpe", "ln_f"),
+    "openai-gpt": ("tokens_embed", "positions_embed", None),
+}
+_BUFFERS = re.compile(r"(^|\.)(attn\.(bias|masked_bias)|position_ids)$")
+
+
+def config_from_hf(config_json: Mapping[str, Any], **overrides: Any) -> GptConfig:
+    """A GptConfig from a GPT-2 or OpenAI GPT config.json dict."""
+    family = config_json.get("model_type")
+    if family not in _NAMES:
+        raise ValueError(f"config.json model_type={family!r} is not gpt2 or openai-gpt: pass a "
+                         "GPT-2 or OpenAI GPT checkpoint")
+    act_key = "activation_function" if family == "gpt2" else "afn"
+    act = config_json.get(act_key, "gelu_new" if family == "gpt2" else "gelu")
+    if act not in _ACTIVATIONS[family]:
+        raise ValueError(f"config.json {act_key}={act!r} is not supported: use one of "
+                         f"{', '.join(_ACTIVATIONS[family])}")
+    for flag in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"):
+        if config_json.get(flag):
+            raise ValueError(f"config.json {flag}=true is not supported: convert checkpoints "
+                             "with the standard GPT-2 attention")
+    hidden = int(config_json["n_embd"])
+    fields = dict(
+        vocab_size=int(config_json["vocab_size"]),
+        hidden_size=hidden,
+        num_layers=int(config_json["n_layer"]),
+        num_heads=int(config_json["n_head"]),
+        mlp_dim=int(config_json.get("n_inner") or 4 * hidden),
+        max_position_embeddings=int(config_json["n_positions"]),
+        pre_layer_norm=family == "gpt2",
+        scale_residual_init=family == "gpt2",
+        activation=_ACTIVATIONS[family][act],
+        dropout_rate=float(config_json.get("resid_pdrop", 0.1)),
+        attention_dropout_rate=float(config_json.get("attn_pdrop", 0.1)),
+        layer_norm_eps=float(config_json.get("layer_norm_epsilon", 1e-5)),
+        initializer_range=float(config_json.get("initializer_range", 0.02)),
+    )
+    if hidden % fields["num_heads"]:
+        raise ValueError(f"config.json n_embd {hidden} is not divisible by n_head "
+                         f"{fields['num_heads']}: fix the config")
+    return GptConfig(**(fields | overrides))
+
+
+def _family(config: GptConfig) -> str:
+    return "gpt2" if config.pre_layer_norm else "openai-gpt"
+
+
+def _bare(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Names without the `transformer.` prefix, buffers dropped, tensors as float32 numpy."""
+    out = {}
+    for name, value in state_dict.items():
+        if _BUFFERS.search(name):
+            continue
+        out[name.removeprefix("transformer.")] = np.asarray(value, np.float32)
+    return out
+
+
+def hf_to_bertjax(state_dict: Mapping[str, Any], config: GptConfig) -> dict[str, Any]:
+    """bertjax GptLM params from a GPT-2 / OpenAI GPT state dict (every tensor must be used)."""
+    tensors = _bare(state_dict)
+    wte, wpe, ln_f = _NAMES[_family(config)]
+    E, H, D = config.hidden_size, config.num_heads, config.hidden_size // config.num_heads
+    used: set[str] = set()
+
+    def take(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in tensors:
+            raise ValueError(f"checkpoint lacks {name}: pass a {_family(config)} checkpoint "
+                             f"with {config.num_layers} layers")
+        if tensors[name].shape != shape:
+            raise ValueError(f"checkpoint {name} has shape {tensors[name].shape}, the config "
+                             f"needs {shape}: pass the config.json of this checkpoint")
+        used.add(name)
+        return tensors[name]
+
+    def layer_norm(name: str) -> dict[str, np.ndarray]:
+        return {"scale": take(f"{name}.weight", (E,)), "bias": take(f"{name}.bias", (E,))}
+
+    stack: dict[str, Any] = {}
+    for i in range(config.num_layers):
+        p = f"h.{i}"
+        qkv_w = take(f"{p}.attn.c_attn.weight", (E, 3 * E)).reshape(E, 3, H, D)
+        qkv_b = take(f"{p}.attn.c_attn.bias", (3 * E,)).reshape(3, H, D)
+        attention = {f"{n}_kernel": qkv_w[:, j] for j, n in enumerate(("query", "key", "value"))}
+        attention |= {f"{n}_bias": qkv_b[j] for j, n in enumerate(("query", "key", "value"))}
+        attention["out_kernel"] = take(f"{p}.attn.c_proj.weight", (E, E)).reshape(H, D, E)
+        attention["out_bias"] = take(f"{p}.attn.c_proj.bias", (E,))
+        M = config.mlp_dim
+        stack[f"layer_{i}"] = {
+            "attention": attention,
+            "attention_layer_norm": layer_norm(f"{p}.ln_1"),
+            "mlp_layer_norm": layer_norm(f"{p}.ln_2"),
+            "mlp": {
+                "wi": {"kernel": take(f"{p}.mlp.c_fc.weight", (E, M)),
+                       "bias": take(f"{p}.mlp.c_fc.bias", (M,))},
+                "wo": {"kernel": take(f"{p}.mlp.c_proj.weight", (M, E)),
+                       "bias": take(f"{p}.mlp.c_proj.bias", (E,))},
+            },
+        }
+    if ln_f is not None:
+        stack["final_layer_norm"] = layer_norm(ln_f)
+    embeddings = take(f"{wte}.weight", (config.vocab_size, E))
+    params = {
+        "token_embeddings": {"embedding": embeddings},
+        "position_embeddings": {
+            "embedding": take(f"{wpe}.weight", (config.max_position_embeddings, E))},
+        "transformer": stack,
+    }
+    head = tensors.get("lm_head.weight")
+    if head is not None:
+        if head.shape != embeddings.shape or not np.array_equal(head, embeddings):
+            raise ValueError("checkpoint lm_head.weight differs from the token embeddings: "
+                             "bertjax GPT ties them; pass a checkpoint with tied embeddings")
+        used.add("lm_head.weight")
+    unused = sorted(set(tensors) - used)
+    if unused:
+        raise ValueError(f"checkpoint has tensors the config does not use ({', '.join(unused[:4])}"
+                         f"{', ...' if len(unused) > 4 else ''}): pass its own config.json")
+    return params
+
+
+def load_hf_gpt(path: PathLike, **overrides: Any) -> tuple[GptConfig, dict[str, Any]]:
+    """(config, params) of a Hugging Face GPT-2 / OpenAI GPT directory (config.json + weights)."""
+    directory = pathlib.Path(path)
+    config_file = directory / "config.json"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{config_file}: no such file: pass a Hugging Face model "
+                                "directory holding config.json")
+    try:
+        config = config_from_hf(json.loads(config_file.read_text()), **overrides)
+    except ValueError as e:
+        raise ValueError(f"{config_file}: {e}") from None
+    return config, hf_to_bertjax(load_hf_state_dict(directory), config)

@@ -1,0 +1,303 @@
+"""Byte-level BPE (GPT-2, Radford et al. 2019): encode, decode, learn, and GPT-2's file format.
+
+Text is split by GPT-2's pre-tokenization pattern, each piece's UTF-8 bytes are mapped to
+printable characters (`bytes_to_unicode`) and merged by rank. Every byte has a token, so no
+input is unknown and decode(encode(x)) == x for any text, or any bytes via `encode_bytes`.
+
+Files are GPT-2's: vocab.json (token -> id) and merges.txt ("#version" line, then "a b" per
+merge, in rank order). Learned vocabularies use GPT-2's layout: the 256 byte tokens, the
+merged tokens in the order they were learned, then the special tokens (<|endoftext|>).
+
+Pure python (no TensorFlow), so generation starts fast; the seqio.Vocabulary wrapper is
+data/bpe_vocab.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import heapq
+import json
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterable, Sequence
+
+import regex
+
+END_OF_TEXT = "<|endoftext|>"
+# GPT-2's pre-tokenizer (openai/gpt-2 encoder.py; the `tokenizers` ByteLevel default).
+PRETOKENIZE = regex.compile(
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
+_CACHE_SIZE = 1 << 20  # words memoized by the encoder before the cache resets
+_NEVER = 1 << 62  # the rank of a pair that is not a merge
+
+
+class BpeError(ValueError):
+    """Tokenizer files that cannot be used; the message names the file and the fix."""
+
+
+@functools.cache
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table (printable Latin-1 kept, the rest shifted)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    table, shift = {}, 0
+    for b in range(256):
+        if b in printable:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + shift)
+            shift += 1
+    return {b: table[b] for b in [*printable, *(b for b in range(256) if b not in printable)]}
+
+
+@functools.cache
+def _unicode_to_bytes() -> dict[str, int]:
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+def pretokenize(text: str) -> list[str]:
+    """GPT-2's split of text into words (leading space kept with the word)."""
+    return PRETOKENIZE.findall(text)
+
+
+def _symbols(piece: str) -> str:
+    """A piece as byte characters; lone surrogates (from undecodable bytes) map back to bytes."""
+    table = bytes_to_unicode()
+    return "".join(table[b] for b in piece.encode("utf-8", "surrogateescape"))
+
+
+class ByteLevelBPE:
+    """A byte-level BPE tokenizer from a vocabulary (token -> id) and ranked merges."""
+
+    def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]],
+                 special_tokens: Sequence[str] = (END_OF_TEXT,), source: str = "vocabulary"):
+        self.vocab = dict(vocab)
+        self.source = source
+        self.tokens = _inverse(self.vocab, source)
+        missing = [b for b in bytes_to_unicode().values() if b not in self.vocab]
+        if missing:
+            raise BpeError(f"{source}: lacks byte token {missing[0]!r}; a byte-level vocab.json "
+                           "has all 256 byte tokens: pass GPT-2-format files")
+        self.ranks: dict[tuple[str, str], int] = {}
+        for rank, (a, b) in enumerate(merges):
+            if a + b not in self.vocab:
+                raise BpeError(f"{source}: merge {rank + 1} ({a} {b}) makes {a + b!r}, which the "
+                               "vocabulary lacks: pass the vocab.json and merges.txt of one "
+                               "tokenizer")
+            self.ranks.setdefault((a, b), rank)
+        self.special_tokens = tuple(t for t in special_tokens if t in self.vocab)
+        self._cache: dict[str, tuple[int, ...]] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.vocab.get(END_OF_TEXT)
+
+    def merges(self) -> list[tuple[str, str]]:
+        return sorted(self.ranks, key=self.ranks.__getitem__)
+
+    # ---- encoding
+    def _bpe(self, word: str) -> tuple[int, ...]:
+        parts = list(word)
+        while len(parts) > 1:
+            pairs = zip(parts, parts[1:], strict=False)
+            rank, pair = min((self.ranks.get(p, _NEVER), p) for p in pairs)
+            if rank == _NEVER:
+                break
+            merged, i = [], 0
+            while i < len(parts):
+                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == pair:
+                    merged.append(parts[i] + parts[i + 1])
+                    i += 2
+                else:
+                    merged.append(parts[i])
+                    i += 1
+            parts = merged
+        return tuple(self.vocab[p] for p in parts)
+
+    def _encode_piece(self, piece: str) -> tuple[int, ...]:
+        ids = self._cache.get(piece)
+        if ids is None:
+            if len(self._cache) >= _CACHE_SIZE:
+                self._cache.clear()
+            ids = self._cache[piece] = self._bpe(_symbols(piece))
+        return ids
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of text. Special-token strings in the text are encoded as plain text."""
+        return [i for piece in pretokenize(text) for i in self._encode_piece(piece)]
+
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Token ids of any bytes (valid UTF-8 gives the same ids as `encode`)."""
+        return self.encode(data.decode("utf-8", "surrogateescape"))
+
+    # ---- decoding
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The bytes of ids (special tokens as their text)."""
+        table = _unicode_to_bytes()
+        out = bytearray()
+        for i in ids:
+            token = self.tokens[int(i)]
+            if token in self.special_tokens:
+                out += token.encode("utf-8")
+            else:
+                out += bytes(table[c] for c in token)
+        return bytes(out)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of ids; bytes that are not valid UTF-8 become U+FFFD."""
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    # ---- files
+    @classmethod
+    def from_files(cls, vocab_json: str | os.PathLike, merges_txt: str | os.PathLike
+                   ) -> ByteLevelBPE:
+        """GPT-2's vocab.json + merges.txt."""
+        vocab_path, merges_path = pathlib.Path(vocab_json), pathlib.Path(merges_txt)
+        for path, what in ((vocab_path, "vocab.json"), (merges_path, "merges.txt")):
+            if not path.is_file():
+                raise BpeError(f"{path}: no such file: pass the tokenizer's {what}")
+        try:
+            vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise BpeError(f"{vocab_path}: not a JSON vocabulary ({e}): pass GPT-2's vocab.json"
+                           ) from None
+        if not isinstance(vocab, dict):
+            raise BpeError(f"{vocab_path}: not a token -> id mapping: pass GPT-2's vocab.json")
+        return cls(vocab, read_merges(merges_path), source=f"{vocab_path} + {merges_path}")
+
+    def save(self, directory: str | os.PathLike) -> tuple[pathlib.Path, pathlib.Path]:
+        """Write vocab.json and merges.txt into `directory` (atomically)."""
+        directory = pathlib.Path(directory)
+        vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
+        _write_atomic(vocab_path, json.dumps(self.vocab, ensure_ascii=False))
+        lines = ["#version: 0.2", *(f"{a} {b}" for a, b in self.merges())]
+        _write_atomic(merges_path, "\n".join(lines) + "\n")
+        return vocab_path, merges_path
+
+
+def _inverse(vocab: dict[str, int], source: str) -> list[str]:
+    ids = sorted(vocab.values())
+    if ids != list(range(len(ids))):
+        raise BpeError(f"{source}: ids are not 0..{len(ids) - 1} without gaps or repeats: "
+                       "fix vocab.json")
+    tokens = [""] * len(ids)
+    for token, i in vocab.items():
+        tokens[i] = token
+    return tokens
+
+
+def read_merges(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """Merges of a merges.txt (the "#version" header and blank lines skipped)."""
+    merges = []
+    text = pathlib.Path(path).read_text(encoding="utf-8")
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line or (n == 1 and line.startswith("#version")):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not all(parts):
+            raise BpeError(f"{path}: line {n} is not 'a b': pass GPT-2's merges.txt")
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
+def _write_atomic(path: pathlib.Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- learning
+
+
+def learn_bpe(texts: Iterable[str], vocab_size: int,
+              special_tokens: Sequence[str] = (END_OF_TEXT,)) -> ByteLevelBPE:
+    """Learn a byte-level BPE of `vocab_size` tokens (256 bytes + merges + special tokens).
+
+    Repeatedly merges the most frequent adjacent pair within pre-tokenized words; ties break
+    by the pair's strings, so the result is deterministic. Stops early when no pair occurs
+    twice.
+    """
+    budget = vocab_size - 256 - len(special_tokens)
+    if budget < 0:
+        raise BpeError(f"vocab_size={vocab_size} is below the {256 + len(special_tokens)} byte "
+                       "and special tokens: raise the vocab_size setting")
+    counts: collections.Counter[str] = collections.Counter()
+    for text in texts:
+        counts.update(pretokenize(text))
+    words: collections.Counter[str] = collections.Counter()
+    for piece, count in counts.items():
+        words[_symbols(piece)] += count
+    merges = _learn_merges(words, budget)
+    merged = list(dict.fromkeys(a + b for a, b in merges))  # a string made twice is one token
+    tokens = [*bytes_to_unicode().values(), *merged, *special_tokens]
+    return ByteLevelBPE({t: i for i, t in enumerate(tokens)}, merges, special_tokens,
+                        source="learned vocabulary")
+
+
+def _learn_merges(word_counts: dict[str, int], budget: int) -> list[tuple[str, str]]:
+    """Merges in learning order, until `budget` new token strings exist."""
+    words = [list(w) for w in sorted(word_counts)]
+    freqs = [word_counts[w] for w in sorted(word_counts)]
+    pair_counts: collections.Counter[tuple[str, str]] = collections.Counter()
+    holders: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
+    for i, parts in enumerate(words):
+        for pair in zip(parts, parts[1:], strict=False):
+            pair_counts[pair] += freqs[i]
+            holders[pair].add(i)
+    heap = [(-c, a, b) for (a, b), c in pair_counts.items()]
+    heapq.heapify(heap)
+    merges: list[tuple[str, str]] = []
+    known: set[str] = set(bytes_to_unicode().values())
+    new_tokens = 0
+    while heap and new_tokens < budget:
+        neg, a, b = heapq.heappop(heap)
+        count = pair_counts.get((a, b), 0)
+        if count != -neg:  # stale entry: requeue at its current count
+            if count > 0:
+                heapq.heappush(heap, (-count, a, b))
+            continue
+        if count < 2:
+            break
+        if a + b not in known:  # else the same string by another split: no new token
+            known.add(a + b)
+            new_tokens += 1
+        merges.append((a, b))
+        _merge_pair(a, b, words, freqs, pair_counts, holders, heap)
+    return merges
+
+
+def _merge_pair(a: str, b: str, words: list[list[str]], freqs: list[int],
+                pair_counts: collections.Counter, holders: dict, heap: list) -> None:
+    """Merge a+b in every word holding it, updating pair counts and queueing new pairs."""
+    touched: set[tuple[str, str]] = set()
+    for i in sorted(holders.pop((a, b), ())):
+        parts, out, j = words[i], [], 0
+        while j < len(parts):
+            if j + 1 < len(parts) and parts[j] == a and parts[j + 1] == b:
+                out.append(a + b)
+                j += 2
+            else:
+                out.append(parts[j])
+                j += 1
+        if len(out) == len(parts):
+            continue
+        for pair in zip(parts, parts[1:], strict=False):
+            pair_counts[pair] -= freqs[i]
+        for pair in zip(out, out[1:], strict=False):
+            pair_counts[pair] += freqs[i]
+            holders[pair].add(i)
+            touched.add(pair)
+        words[i] = out
+    pair_counts.pop((a, b), None)
+    for pair in touched:
+        if pair_counts.get(pair, 0) > 0:
+            heapq.heappush(heap, (-pair_counts[pair], *pair))

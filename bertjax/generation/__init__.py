@@ -1,0 +1,1 @@
+"""Text generation, zero-shot prompting and continuation scoring with GPT models."""

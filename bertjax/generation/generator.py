@@ -1,0 +1,136 @@
+"""The Python API: a GPT with its tokenizer that continues prompts and scores continuations.
+
+    gen = Generator.from_checkpoint("workdir/gpt_tiny_cpu")
+    gen.generate(["The module", "A"], max_new_tokens=40, temperature=0.8, top_k=40, seed=1)
+    gen.score("The capital of France is", [" Paris", " Rome"])   # log-likelihoods
+
+Stop strings end a continuation (the text is cut before them); a stop string that some
+vocabulary tokens contain also ends the decode loop early for that row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from bertjax.data.bpe import END_OF_TEXT, ByteLevelBPE
+from bertjax.generation import scoring
+from bertjax.generation.checkpoint import load_gpt
+from bertjax.generation.decode import check_fits, generate_ids, left_pad
+from bertjax.generation.sampling import GenerationError, Sampling
+from bertjax.models.gpt import GptConfig, GptLM
+
+PROMPT_BUCKET = 32  # prompts are left-padded to a multiple of this: fewer recompilations
+
+
+@dataclasses.dataclass
+class Generator:
+    """A GPT language model, its parameters and its byte-level BPE tokenizer."""
+
+    config: GptConfig
+    params: Any
+    tokenizer: ByteLevelBPE
+
+    def __post_init__(self) -> None:
+        if self.tokenizer.vocab_size > self.config.vocab_size:
+            raise GenerationError(
+                f"the tokenizer ({self.tokenizer.source}) has {self.tokenizer.vocab_size} tokens "
+                f"but the model's vocabulary has {self.config.vocab_size}: pass the vocab.json "
+                "and merges.txt the model was trained with"
+            )
+        self.model = GptLM(self.config)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, vocab: str | None = None,
+                        merges: str | None = None, dtype: str | None = None) -> Generator:
+        """The newest checkpoint of a GPT workdir (or the one named), with the run's tokenizer
+        or the given vocab.json + merges.txt (which must fit the run's vocabulary)."""
+        ckpt = load_gpt(path, dtype=dtype)
+        info = ckpt.record.get("tokenizer", {})
+        if (vocab is None) != (merges is None):
+            raise GenerationError("pass both --vocab and --merges, or neither to use the run's")
+        if vocab is None:
+            vocab = str(ckpt.workdir / info.get("vocab", "vocab.json"))
+            merges = str(ckpt.workdir / info.get("merges", "merges.txt"))
+        tokenizer = ByteLevelBPE.from_files(vocab, merges)
+        trained = info.get("vocab_size")
+        if trained is not None and tokenizer.vocab_size != trained:
+            raise GenerationError(
+                f"{vocab} has {tokenizer.vocab_size} tokens but {ckpt.workdir} was trained with "
+                f"a {trained}-token vocabulary: pass the run's own vocab.json and merges.txt "
+                f"({ckpt.workdir / 'vocab.json'})"
+            )
+        return cls(ckpt.config, ckpt.params, tokenizer)
+
+    # ---- generation
+    def stop_ids(self, stop: Sequence[str]) -> tuple[int, ...]:
+        """Ids of the tokens whose text contains one of the stop strings."""
+        ids = {self.tokenizer.vocab[s] for s in stop if s in self.tokenizer.special_tokens}
+        plain = [s.encode("utf-8") for s in stop if s not in self.tokenizer.special_tokens]
+        for i in range(self.tokenizer.vocab_size):
+            if self.tokenizer.tokens[i] in self.tokenizer.special_tokens:
+                continue
+            text = self.tokenizer.decode_bytes([i])
+            if any(s in text for s in plain):
+                ids.add(i)
+        return tuple(sorted(ids))
+
+    def generate_tokens(self, prompts: Sequence[Sequence[int]], max_new_tokens: int = 64,
+                        sampling: Sampling | None = None, seed: int = 0,
+                        stop_ids: Sequence[int] = ()) -> list[list[int]]:
+        """New token ids for each prompt (token lists), cut before the first stop token.
+        `sampling` defaults to plain sampling at temperature 1."""
+        sampling = Sampling() if sampling is None else sampling
+        check_fits([len(p) for p in prompts], max_new_tokens, self.config.max_position_embeddings)
+        longest = max(len(p) for p in prompts)
+        pad_id = self.tokenizer.eos_id or 0
+        ids, mask = left_pad(prompts, pad_id, -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET)
+        out = generate_ids(self.params, ids, mask, jax.random.key(seed), model=self.model,
+                           max_new_tokens=max_new_tokens, sampling=sampling,
+                           stop_ids=tuple(stop_ids), pad_id=pad_id,
+                           vocab_limit=self.tokenizer.vocab_size)
+        results = []
+        stops = set(stop_ids)
+        for row in np.asarray(out).tolist():
+            cut = next((j for j, t in enumerate(row) if t in stops), len(row))
+            results.append(row[:cut])
+        return results
+
+    def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 64,
+                 temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+                 seed: int = 0, stop: Sequence[str] = (END_OF_TEXT,)) -> list[str]:
+        """Continuations of each prompt; temperature 0 is greedy decoding."""
+        prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+        if not prompts:
+            return []
+        sampling = Sampling(temperature, top_k, top_p)
+        eos = self.tokenizer.eos_id
+        encoded = [self.tokenizer.encode(p) or ([eos] if eos is not None else []) for p in prompts]
+        tokens = self.generate_tokens(encoded, max_new_tokens, sampling, seed, self.stop_ids(stop))
+        texts = [self.tokenizer.decode(t) for t in tokens]
+        return [_cut(text, stop) for text in texts]
+
+    # ---- scoring
+    def score(self, context: str, candidates: Sequence[str]) -> np.ndarray:
+        """Log-likelihood of each candidate continuation of `context` (summed over tokens)."""
+        ctx = self.tokenizer.encode(context)
+        cands = [self.tokenizer.encode(c) for c in candidates]
+        return scoring.continuation_logprobs(self.model, self.params, ctx, cands).sum(-1)
+
+
+def _cut(text: str, stop: Sequence[str]) -> str:
+    """Text before the first occurrence of any stop string."""
+    cuts = [text.find(s) for s in stop if s and s in text]
+    return text[:min(cuts)] if cuts else text
+
+
+def load_tokenizer(directory: str | os.PathLike) -> ByteLevelBPE:
+    """vocab.json + merges.txt of a directory (a workdir or a GPT-2 download)."""
+    directory = pathlib.Path(directory)
+    return ByteLevelBPE.from_files(directory / "vocab.json", directory / "merges.txt")

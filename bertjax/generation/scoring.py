@@ -1,0 +1,55 @@
+"""Log-likelihood of candidate continuations of a context, in one forward pass per batch.
+
+    rows = context + candidate_k (right-padded);  logp_k,j = log p(candidate_k[j] | prefix)
+
+A context too long for the model is cut from the left (its most recent tokens are kept).
+"""
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.generation.sampling import GenerationError
+from bertjax.models.gpt import GptLM
+
+Array = jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def _token_logprobs(params: Any, ids_BxL: Array, mask_BxL: Array, *, model: GptLM) -> Array:
+    """log p(ids[:, t + 1] | ids[:, :t + 1]) for t < L - 1: [B, L - 1], float32."""
+    logits_BxLxV = model.apply({"params": params}, ids_BxL, mask_BxL).astype(jnp.float32)
+    logp_BxLxV = jax.nn.log_softmax(logits_BxLxV[:, :-1], axis=-1)
+    return jnp.take_along_axis(logp_BxLxV, ids_BxL[:, 1:, None], axis=-1)[..., 0]
+
+
+def continuation_logprobs(model: GptLM, params: Any, context: Sequence[int],
+                          candidates: Sequence[Sequence[int]]) -> np.ndarray:
+    """Per-token log-probabilities [K, longest candidate] (0 past each candidate's end)."""
+    if not context:
+        raise GenerationError("scoring needs a non-empty context (start it with <|endoftext|>)")
+    if not candidates or min(len(c) for c in candidates) == 0:
+        raise GenerationError("every candidate continuation needs at least one token")
+    longest = max(len(c) for c in candidates)
+    room = model.config.max_position_embeddings - longest
+    if room < 1:
+        raise GenerationError(f"a candidate of {longest} tokens leaves no room for the context in "
+                              f"the model's {model.config.max_position_embeddings}-token window: "
+                              "shorten the candidates")
+    context = list(context)[-room:]
+    length = len(context) + longest
+    ids = np.zeros((len(candidates), length), np.int32)
+    mask = np.zeros_like(ids)
+    for k, cand in enumerate(candidates):
+        row = context + list(cand)
+        ids[k, :len(row)], mask[k, :len(row)] = row, 1
+    logp = np.asarray(_token_logprobs(params, ids, mask, model=model))
+    out = np.zeros((len(candidates), longest), np.float32)
+    start = len(context) - 1  # logp[:, t] predicts token t + 1
+    for k, cand in enumerate(candidates):
+        out[k, :len(cand)] = logp[k, start:start + len(cand)]
+    return out

@@ -1,0 +1,81 @@
+"""Causal language modelling: next-token cross-entropy with per-token weights, and the GPT task.
+
+Batches (from data/lm.py) hold `input_ids` [B, L], `target_ids` [B, L] (the inputs shifted by
+one token) and `loss_weights` [B, L]. Every position is predicted, so the [B, L, V] logits are
+all used; the loss is computed from them in float32.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bertjax.models.gpt import GptConfig, GptLM
+from bertjax.objectives.task import PretrainingTask
+
+Array = jax.Array
+
+
+def lm_loss(
+    logits_BxLxV: Array, target_ids_BxL: Array, weights_BxL: Array
+) -> tuple[Array, dict[str, Array]]:
+    """Weighted mean next-token cross-entropy (float32), accuracy and perplexity = exp(loss)."""
+    logits_BxLxV = logits_BxLxV.astype(jnp.float32)
+    weights_BxL = weights_BxL.astype(jnp.float32)
+    xent_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, target_ids_BxL)
+    denom = jnp.maximum(weights_BxL.sum(), 1e-6)
+    loss = (xent_BxL * weights_BxL).sum() / denom
+    correct_BxL = (logits_BxLxV.argmax(-1) == target_ids_BxL).astype(jnp.float32)
+    accuracy = (correct_BxL * weights_BxL).sum() / denom
+    return loss, {
+        "lm_loss": loss,
+        "lm_accuracy": accuracy,
+        "perplexity": jnp.exp(loss),
+        "lm_weight": weights_BxL.sum(),
+    }
+
+
+def gpt_lm_loss(
+    params: Any, batch: dict[str, Array], rng: Array | None, apply_fn: Callable
+) -> tuple[Array, dict[str, Array]]:
+    """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for GptLM.
+
+    `rng` drives dropout; None gives a deterministic (evaluation) forward pass.
+    """
+    deterministic = rng is None
+    logits_BxLxV = apply_fn(
+        {"params": params},
+        batch["input_ids"],
+        batch.get("input_mask"),
+        deterministic=deterministic,
+        rngs=None if deterministic else {"dropout": rng},
+    )
+    loss, metrics = lm_loss(logits_BxLxV, batch["target_ids"], batch["loss_weights"])
+    return loss, {**metrics, "loss": loss}
+
+
+def example_lm_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
+    """Zero arrays shaped like a packed LM batch (for init and ahead-of-time compilation)."""
+    ids = np.zeros((batch_size, seq_length), np.int32)
+    return {
+        "input_ids": ids,
+        "target_ids": ids,
+        "loss_weights": np.zeros((batch_size, seq_length), np.float32),
+    }
+
+
+def gpt_pretraining_task(config: GptConfig) -> PretrainingTask:
+    """GPT / GPT-2 next-token pretraining for the training loop."""
+    model = GptLM(config)
+
+    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+        return model.init({"params": rng, "dropout": rng}, batch["input_ids"])
+
+    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+        return gpt_lm_loss(params, batch, rng, model.apply)
+
+    progress = (("loss", "loss"), ("perplexity", "ppl"), ("lm_accuracy", "acc"))
+    return PretrainingTask("gpt", model, init_variables, loss_fn, example_lm_batch, progress)

@@ -1,0 +1,98 @@
+"""GPT fine-tuning: the paper's input transformations, and each one learning a small task."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bertjax.finetune import gpt as ft_gpt
+from bertjax.finetune.gpt_inputs import SpecialTokens, encode, sequences
+from bertjax.models.gpt import GptLM, gpt_config
+
+CONFIG = gpt_config("gpt2_tiny", vocab_size=16, max_position_embeddings=32, num_layers=2,
+                    hidden_size=32, num_heads=2, mlp_dim=64, dropout_rate=0.0,
+                    attention_dropout_rate=0.0)
+S = SpecialTokens(100, 101, 102)
+
+
+def test_input_transformations_follow_figure_1():
+    assert sequences("classification", ([1, 2],), S, 16) == [[100, 1, 2, 102]]
+    assert sequences("entailment", ([1, 2], [3]), S, 16) == [[100, 1, 2, 101, 3, 102]]
+    assert sequences("similarity", ([1], [2, 3]), S, 16) == [
+        [100, 1, 101, 2, 3, 102], [100, 2, 3, 101, 1, 102]]
+    assert sequences("multiple_choice", ([1, 2], [[3], [4, 5]]), S, 16) == [
+        [100, 1, 2, 101, 3, 102], [100, 1, 2, 101, 4, 5, 102]]
+    assert sequences("entailment", ([1] * 10, [2] * 3), S, 8) == [[100, 1, 1, 101, 2, 2, 2, 102]]
+    batch = encode("similarity", [([1], [2, 3]), ([4], [5])], [1, 0], S, 16)
+    assert batch["input_ids"].shape == (2, 2, 6) and batch["input_mask"][1, 0].sum() == 5
+    with pytest.raises(ValueError, match="choose one of"):
+        sequences("translation", ([1],), S, 8)
+
+
+def _task(kind, n, rng):
+    """Small synthetic tasks: is the marker token 3 where it matters? Content tokens are 4..15,
+    and 3 also occurs where it does not matter, so the model must use the structure."""
+
+    def text(k, marked):
+        t = rng.integers(4, 16, k).tolist()
+        if marked:
+            t[rng.integers(0, k)] = 3
+        return t
+
+    examples, labels = [], []
+    for _ in range(n):
+        if kind == "classification":  # is the marker in the text?
+            y = int(rng.random() < 0.5)
+            examples.append((text(6, y),))
+        elif kind == "entailment":  # is the marker in the hypothesis (not the premise)?
+            y = int(rng.random() < 0.5)
+            examples.append((text(5, rng.random() < 0.5), text(3, y)))
+        elif kind == "similarity":  # are both texts marked? (symmetric)
+            a, b = rng.random() < 0.7, rng.random() < 0.7
+            y = int(a and b)
+            examples.append((text(3, a), text(3, b)))
+        else:  # multiple choice: which answer is marked? (the context may be marked too)
+            y = int(rng.integers(0, 3))
+            choices = [text(2, k == y) for k in range(3)]
+            examples.append((text(4, rng.random() < 0.5), choices))
+        labels.append(y)
+    return encode(kind, examples, labels, ft_gpt.special_tokens(CONFIG), 16)
+
+
+def _accuracy(kind, lm_coef, pretrained=None):
+    rng = np.random.default_rng(0)
+    train, test = _task(kind, 512, rng), _task(kind, 256, rng)
+    ft = ft_gpt.FinetuneConfig(kind, 2, lm_coef=lm_coef, learning_rate=3e-3, batch_size=32,
+                               epochs=6, warmup_fraction=0.05, classifier_dropout=0.0)
+    params, history = ft_gpt.finetune(CONFIG, pretrained, train, ft)
+    assert ("lm_loss" in history[-1]) == (lm_coef > 0)
+    logits = ft_gpt.predict(CONFIG, params, test, ft)
+    return float((logits.argmax(-1) == test["label"]).mean())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["classification", "entailment", "similarity",
+                                  "multiple_choice"])
+def test_each_input_transformation_learns_a_small_task(kind):
+    accuracy = _accuracy(kind, lm_coef=0.5)
+    print(f"\n{kind}: held-out accuracy {accuracy:.3f}")
+    assert accuracy > 0.85  # chance is 0.5 (0.33 for three choices)
+
+
+@pytest.mark.slow
+def test_without_the_auxiliary_lm_objective_and_from_pretrained_weights():
+    pretrained = nn.unbox(jax.jit(lambda k: GptLM(CONFIG).init(k, jnp.zeros((1, 4), jnp.int32)))(
+        jax.random.key(1))["params"])
+    accuracy = _accuracy("classification", lm_coef=0.0, pretrained=pretrained)
+    print(f"\nclassification, lambda 0, from a GptLM's weights: {accuracy:.3f}")
+    assert accuracy > 0.85
+
+
+def test_special_tokens_extend_the_embeddings_and_lambda_must_be_non_negative():
+    table = {"token_embeddings": {"embedding": jnp.ones((16, 8))}, "other": 1}
+    extended = ft_gpt.with_special_tokens(table, jax.random.key(0))
+    assert extended["token_embeddings"]["embedding"].shape == (19, 8) and extended["other"] == 1
+    assert ft_gpt.special_tokens(CONFIG) == SpecialTokens(16, 17, 18)
+    with pytest.raises(ValueError, match="lm_coef"):
+        ft_gpt.FinetuneConfig(lm_coef=-1.0)
