@@ -20,6 +20,9 @@ def mlm_loss(
     xent_BxP = optax.softmax_cross_entropy_with_integer_labels(logits_BxPxV, masked_lm_ids_BxP)
     denom = jnp.maximum(weights_BxP.sum(), 1e-6)
     loss = (xent_BxP * weights_BxP).sum() / denom
-    correct_BxP = (logits_BxPxV.argmax(-1) == masked_lm_ids_BxP).astype(jnp.float32)
+    # The target's logit reaching the row maximum (ties count as correct) reuses the max the
+    # softmax computes; XLA's CPU argmax is an unvectorized reduction.
+    target_BxP = jnp.take_along_axis(logits_BxPxV, masked_lm_ids_BxP[..., None], -1)[..., 0]
+    correct_BxP = (target_BxP >= logits_BxPxV.max(-1)).astype(jnp.float32)
     accuracy = (correct_BxP * weights_BxP).sum() / denom
     return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": weights_BxP.sum()}
