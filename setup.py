@@ -48,6 +48,7 @@ setup(
         "console_scripts": [
             "bertjax-train=bertjax.cli.train:run",
             "bertjax-compile=bertjax.cli.compile:run",
+            "bertjax-generate=bertjax.cli.generate:run",
         ]
     },
 )

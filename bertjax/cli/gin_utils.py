@@ -5,8 +5,11 @@ import sys
 
 import gin
 
+from bertjax.data.lm import LmPretrainingSource
 from bertjax.data.pipeline import BertPretrainingSource
 from bertjax.models.bert import bert_config
+from bertjax.models.gpt import gpt_config
+from bertjax.objectives.lm import gpt_pretraining_task
 from bertjax.objectives.pretraining import bert_pretraining_task
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
@@ -18,6 +21,9 @@ gin.external_configurable(bert_pretraining_task, module="bertjax")
 gin.external_configurable(make_mesh, module="bertjax")
 gin.external_configurable(make_optimizer, module="bertjax")
 gin.external_configurable(BertPretrainingSource, "bert_pretraining_source", module="bertjax")
+gin.external_configurable(gpt_config, module="bertjax")
+gin.external_configurable(gpt_pretraining_task, module="bertjax")
+gin.external_configurable(LmPretrainingSource, "lm_pretraining_source", module="bertjax")
 
 
 class ConfigError(ValueError):
@@ -29,7 +35,7 @@ def rewrite_gin_args(argv: list[str]) -> list[str]:
     out = []
     for arg in argv:
         if arg.startswith("--gin.") and "=" in arg:
-            name, value = arg[len("--gin."):].split("=", 1)
+            name, value = arg[len("--gin.") :].split("=", 1)
             out.append(f"--gin_bindings={name} = {value}")
         else:
             out.append(arg)
@@ -41,8 +47,9 @@ def _resolve(path: str) -> str:
     for candidate in (pathlib.Path(path), REPO_ROOT / path):
         if candidate.is_file():
             return str(candidate)
-    configs = sorted(p.relative_to(REPO_ROOT).as_posix()
-                     for p in (REPO_ROOT / "configs").rglob("*.gin"))
+    configs = sorted(
+        p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "configs").rglob("*.gin")
+    )
     hint = ", ".join(c for c in configs if "experiments" in c)
     raise ConfigError(f"gin file {path!r} not found: choose one of {hint}")
 
@@ -55,8 +62,10 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
         gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
     except (ValueError, KeyError, SyntaxError, OSError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
-        raise ConfigError(f"bad gin config ({first}): check the spelling against configs/ and "
-                          "the configurable's arguments") from err
+        raise ConfigError(
+            f"bad gin config ({first}): check the spelling against configs/ and "
+            "the configurable's arguments"
+        ) from err
 
 
 def fail(program: str, err: BaseException) -> None:
