@@ -49,6 +49,7 @@ setup(
             "bertjax-train=bertjax.cli.train:run",
             "bertjax-compile=bertjax.cli.compile:run",
             "bertjax-generate=bertjax.cli.generate:run",
+            "bertjax-embed=bertjax.cli.embed:run",
         ]
     },
 )

@@ -5,12 +5,16 @@ import sys
 
 import gin
 
+from bertjax.data.elmo_pipeline import ElmoSource
 from bertjax.data.lm import LmPretrainingSource
 from bertjax.data.pipeline import BertPretrainingSource
 from bertjax.models.bert import bert_config
+from bertjax.models.elmo import elmo_config
 from bertjax.models.gpt import gpt_config
+from bertjax.objectives.bilm import elmo_pretraining_task
 from bertjax.objectives.lm import gpt_pretraining_task
 from bertjax.objectives.pretraining import bert_pretraining_task
+from bertjax.training.elmo_optim import adagrad_optimizer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -24,6 +28,10 @@ gin.external_configurable(BertPretrainingSource, "bert_pretraining_source", modu
 gin.external_configurable(gpt_config, module="bertjax")
 gin.external_configurable(gpt_pretraining_task, module="bertjax")
 gin.external_configurable(LmPretrainingSource, "lm_pretraining_source", module="bertjax")
+gin.external_configurable(elmo_config, module="bertjax")
+gin.external_configurable(elmo_pretraining_task, module="bertjax")
+gin.external_configurable(ElmoSource, "elmo_source", module="bertjax")
+gin.external_configurable(adagrad_optimizer, module="bertjax")
 
 
 class ConfigError(ValueError):

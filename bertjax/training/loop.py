@@ -151,6 +151,13 @@ def run_training(
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Train `task` to `num_steps`, resuming from the newest checkpoint in `workdir`."""
+    if getattr(task, "stateful", False):  # LSTM state carried across steps: see training/bptt
+        from bertjax.training import bptt
+
+        return bptt.run_training(
+            workdir, task, source, tx, mesh, batch_size, num_steps, seq_phases, accum_steps,
+            seed, log_every, checkpoint_every, keep_checkpoints, show_progress,
+        )
     mesh_lib.check_batch_size(batch_size, mesh)
     if batch_size % accum_steps or (batch_size // accum_steps) % mesh_lib.data_parallel_size(mesh):
         raise mesh_lib.MeshError(

@@ -1,0 +1,1 @@
+"""Using trained models: ELMo embeddings (elmo.py)."""

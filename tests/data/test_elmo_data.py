@@ -1,0 +1,165 @@
+"""ELMo data: vocabulary, sentence examples, stream windows for truncated BPTT, the source."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from bertjax.data.elmo_pipeline import ElmoSource
+from bertjax.data.elmo_tasks import (
+    DataError,
+    _epoch_stream,
+    encode_corpus,
+    iterate_sentences,
+    iterate_stream,
+    sentence_pieces,
+)
+from bertjax.data.elmo_vocab import (
+    BOS,
+    EOS,
+    ElmoVocabulary,
+    VocabularyError,
+    learn_vocabulary,
+    tokenize,
+    word_char_ids,
+    write_vocab,
+)
+from bertjax.models.elmo import elmo_config
+
+SENTENCES = [s.split() for s in [
+    "the cat sat on the mat", "a dog ran", "the bank of the river", "money in the bank",
+    "one two three four five six seven eight nine ten eleven twelve", "yes",
+]]
+
+
+@pytest.fixture
+def vocab(tmp_path):
+    path = tmp_path / "vocab.txt"
+    write_vocab(learn_vocabulary(SENTENCES, 12), path)
+    return ElmoVocabulary(path)
+
+
+def test_vocabulary_is_specials_then_words_by_frequency(vocab):
+    assert vocab.tokens[:5] == ["</S>", "<S>", "<UNK>", "the", "bank"]  # ties alphabetical
+    assert len(vocab.tokens) == 12
+    assert vocab.token_ids(["the", "zebra"]).tolist() == [3, vocab.unk_id]
+    assert (vocab.bos_id, vocab.eos_id) == (1, 0)
+    assert vocab.decode(vocab.encode("the bank")) == "the bank"
+
+
+def test_bad_vocabulary_files_are_one_line(tmp_path):
+    missing = tmp_path / "v.txt"
+    missing.write_text("the\ncat\n")
+    with pytest.raises(VocabularyError, match=r"missing </S> <S> <UNK>") as err:
+        ElmoVocabulary(missing)
+    assert "\n" not in str(err.value)
+    binary = tmp_path / "b.txt"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(VocabularyError, match="not UTF-8"):
+        ElmoVocabulary(binary)
+    with pytest.raises(VocabularyError, match="cannot read"):
+        ElmoVocabulary(tmp_path / "absent.txt")
+
+
+def test_tokenizers():
+    assert tokenize("Don't stop, e.g. now!", "simple") == ["Don't", "stop", ",", "e.g", ".",
+                                                           "now", "!"]
+    assert tokenize(" a  b ", "whitespace") == ["a", "b"]
+
+
+def test_sentence_examples(vocab):
+    corpus = encode_corpus(SENTENCES, vocab, 10)
+    T = 8
+    pieces = sentence_pieces(corpus, T)
+    assert len(pieces) == 7  # the 12-word sentence becomes two pieces of <= 6 words
+    first = list(itertools.islice(iterate_sentences(corpus, T, seed=1, start_index=0), 20))
+    again = list(itertools.islice(iterate_sentences(corpus, T, seed=1, start_index=0), 20))
+    resumed = list(itertools.islice(iterate_sentences(corpus, T, seed=1, start_index=9), 11))
+    for a, b in zip(first, again, strict=True):
+        np.testing.assert_array_equal(a["token_ids"], b["token_ids"])
+    for a, b in zip(first[9:], resumed, strict=True):
+        np.testing.assert_array_equal(a["char_ids"], b["char_ids"])
+    for ex in first:
+        n = int(ex["lengths"])
+        assert ex["token_ids"][0] == vocab.bos_id and ex["token_ids"][n - 1] == vocab.eos_id
+        assert (ex["char_ids"][n:] == 0).all() and (ex["char_ids"][:n] > 0).all()
+    np.testing.assert_array_equal(first[0]["char_ids"][0], word_char_ids(BOS, 10))
+    # every piece once per epoch
+    assert sorted(int(e["lengths"]) for e in first[:7]) == sorted(len(p) for p in pieces)
+    # two hosts: disjoint, interleaved shares of the same global order
+    host1 = list(itertools.islice(iterate_sentences(corpus, T, 1, 0, 1, 2), 5))
+    for k, ex in enumerate(host1):
+        np.testing.assert_array_equal(ex["token_ids"], first[2 * k + 1]["token_ids"])
+
+
+def test_stream_windows_continue_row_by_row(vocab):
+    corpus = encode_corpus(SENTENCES * 3, vocab, 10)
+    G, T = 4, 5
+    ex = list(itertools.islice(iterate_stream(corpus, T, G, 0, 0), 3 * G))
+    for r in range(G):
+        w0, w1 = ex[r], ex[G + r]
+        np.testing.assert_array_equal(w0["next_token_ids"][:-1], w0["token_ids"][1:])
+        assert w0["next_token_ids"][-1] == w1["token_ids"][0]  # the row goes on
+        assert w0["reverse_next_token_ids"][-1] == w1["reverse_token_ids"][0]
+    # host 1 of 2 gets rows 2 and 3 of every window; resuming at window 1 matches
+    host1 = list(itertools.islice(iterate_stream(corpus, T, G, 0, G, 1, 2), 4))
+    for k, e in enumerate(host1):
+        np.testing.assert_array_equal(e["token_ids"], ex[G * (1 + k // 2) + 2 + k % 2]["token_ids"])
+    with pytest.raises(DataError, match="multiple of the global batch"):
+        next(iterate_stream(corpus, T, G, 0, 3))
+    with pytest.raises(DataError, match="lower train.batch_size"):
+        next(iterate_stream(corpus, 50, 64, 0, 0))
+
+
+def test_reverse_stream_is_the_row_backwards(vocab):
+    corpus = encode_corpus(SENTENCES, vocab, 10)
+    T = 4
+    windows = list(itertools.islice(iterate_stream(corpus, T, 1, 0, 0), 3))
+    forward = np.concatenate([w["token_ids"] for w in windows])
+    backward = np.concatenate([w["reverse_token_ids"] for w in windows])
+    row = _epoch_stream(corpus, 0, 0)  # one row: the whole epoch's stream
+    np.testing.assert_array_equal(forward, corpus.type_word_ids[row[:3 * T]])
+    np.testing.assert_array_equal(backward, corpus.type_word_ids[row[::-1][:3 * T]])
+    # the stream is the sentences, each inside <S> ... </S>, in a seeded order
+    words = vocab.token_ids([BOS, *itertools.chain.from_iterable(
+        [*s, EOS, BOS] for s in SENTENCES)])[:-1]
+    assert sorted(corpus.type_word_ids[row].tolist()) == sorted(words.tolist())
+
+
+def write_corpus(tmp_path, lines):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_source_prepares_records_and_batches(tmp_path):
+    corpus = write_corpus(tmp_path, [" ".join(s) for s in SENTENCES * 4])
+    cfg = elmo_config("tiny", vocab_size=50, max_chars=12)
+    for mode in ("sentence", "stream"):
+        workdir = tmp_path / mode
+        source = ElmoSource(cfg, corpus=corpus, mode=mode, tokenizer="whitespace")
+        source.prepare(workdir)
+        record = json.loads((workdir / "model.json").read_text())
+        assert record["family"] == "elmo" and record["mode"] == mode
+        assert record["config"]["max_chars"] == 12 and (workdir / "elmo_vocab.txt").is_file()
+        batch = next(iter(source.batches(0, 6, 4)))
+        assert batch["token_ids"].shape == (4, 6) and batch["char_ids"].shape == (4, 6, 12)
+        if mode == "stream":
+            assert batch["reverse_char_ids"].shape == (4, 6, 12)
+
+
+def test_source_errors_are_one_line(tmp_path):
+    corpus = write_corpus(tmp_path, [" ".join(s) for s in SENTENCES])
+    small = elmo_config("tiny", vocab_size=5)
+    vocab_file = tmp_path / "vocab.txt"
+    write_vocab(learn_vocabulary(SENTENCES, 12), vocab_file)
+    with pytest.raises(ValueError, match="set elmo_config.vocab_size >= 12"):
+        ElmoSource(small, corpus=corpus, vocab=str(vocab_file)).prepare(tmp_path / "w")
+    other = tmp_path / "gpt_run"
+    other.mkdir()
+    (other / "model.json").write_text(json.dumps({"family": "gpt", "config": {}}))
+    with pytest.raises(ValueError, match="holds a GPT run"):
+        ElmoSource(elmo_config("tiny"), corpus=corpus).prepare(other)
+    with pytest.raises(ValueError, match="elmo_source.mode"):
+        ElmoSource(small, mode="windows")
