@@ -198,16 +198,6 @@ def required_bytes(message: str) -> int | None:
     return int(float(match.group(1)) * _UNITS[match.group(2)]) if match else None
 
 
-def check_batch(batch_size: int, accum_steps: int, mesh: Mesh) -> None:
-    """The checks `run_training` makes, so a config that compiles here also starts there."""
-    mesh_lib.check_batch_size(batch_size, mesh)
-    if batch_size % accum_steps or (batch_size // accum_steps) % mesh_lib.data_parallel_size(mesh):
-        raise mesh_lib.MeshError(
-            f"batch size {batch_size} with accum_steps={accum_steps} gives micro-batches that do "
-            "not split over the data-parallel devices: choose train.accum_steps dividing it"
-        )
-
-
 def lower_train_step(trainer: Trainer, spec: dict[str, tuple]) -> jax.stages.Lowered:
     """Lower the trainer's jitted step for abstract state and batch, in the trainer's contexts."""
     sharding = mesh_lib.batch_sharding(trainer.mesh)
@@ -287,7 +277,7 @@ def compile_phases(
     Phases are lowered one after another, then compiled `jobs` at a time: the TPU compiler runs
     outside the GIL and dominates the time, but each BERT-large compile holds ~8 GB of RAM.
     """
-    check_batch(batch_size, accum_steps, mesh)
+    mesh_lib.check_batch(batch_size, accum_steps, mesh)  # as run_training checks it
     accel = accelerator_of(list(mesh.devices.flat))
     plan = phase_plan(num_steps, seq_phases)
     lowered = [

@@ -155,15 +155,22 @@ def run_training(
         from bertjax.training import bptt
 
         return bptt.run_training(
-            workdir, task, source, tx, mesh, batch_size, num_steps, seq_phases, accum_steps,
-            seed, log_every, checkpoint_every, keep_checkpoints, show_progress,
+            workdir,
+            task,
+            source,
+            tx,
+            mesh,
+            batch_size,
+            num_steps,
+            seq_phases,
+            accum_steps,
+            seed,
+            log_every,
+            checkpoint_every,
+            keep_checkpoints,
+            show_progress,
         )
-    mesh_lib.check_batch_size(batch_size, mesh)
-    if batch_size % accum_steps or (batch_size // accum_steps) % mesh_lib.data_parallel_size(mesh):
-        raise mesh_lib.MeshError(
-            f"batch size {batch_size} with accum_steps={accum_steps} gives micro-batches that do "
-            "not split over the data-parallel devices: choose train.accum_steps dividing it"
-        )
+    mesh_lib.check_batch(batch_size, accum_steps, mesh)
     workdir = pathlib.Path(workdir)
     local_batch = batch_size // jax.process_count()
     plan = phase_plan(num_steps, seq_phases)

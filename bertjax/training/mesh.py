@@ -66,6 +66,17 @@ def check_batch_size(global_batch_size: int, mesh: Mesh) -> None:
         )
 
 
+def check_batch(global_batch_size: int, accum_steps: int, mesh: Mesh) -> None:
+    """The batch splits over the devices, and so does each of its `accum_steps` micro-batches."""
+    check_batch_size(global_batch_size, mesh)
+    micro_batch = global_batch_size // accum_steps
+    if global_batch_size % accum_steps or micro_batch % data_parallel_size(mesh):
+        raise MeshError(
+            f"batch size {global_batch_size} with accum_steps={accum_steps} gives micro-batches "
+            "that do not split over the data-parallel devices: choose train.accum_steps dividing it"
+        )
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
     """Leading (batch) dimension split over data and fsdp; the rest replicated."""
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
