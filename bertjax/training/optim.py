@@ -1,17 +1,49 @@
 """Optimizers as in the BERT paper: AdamW with warmup + linear decay, or LAMB for big batches."""
 
-import flax
+from typing import Any
+
+import flax.linen as nn
 import jax
 import optax
 
-NO_DECAY_NAMES = ("bias", "scale", "mlm_bias")  # biases and LayerNorm parameters
+# Parameters that are not weight matrices get no weight decay (BERT, GPT): decay pulls a
+# parameter towards 0, which regularises a matrix but only shifts a bias or a gain.
+NO_DECAY_SUFFIX = "bias"  # bias, query_/key_/value_/out_bias, mlm_bias, softmax_bias, LSTM bias
+NO_DECAY_NAMES = (
+    "scale",  # the gain of flax's normalisation layers (LayerNorm); no other module has one
+    "scalars",  # ScalarMix's layer weights (softmax logits; its own l2_coef regularises them)
+    "gamma",  # ScalarMix's output scale
+)
 
 
-def decay_mask(params: dict) -> dict:
-    """True for parameters that get weight decay: not LayerNorm parameters, not biases."""
-    flat = flax.traverse_util.flatten_dict(params)
-    mask = {path: path[-1] not in NO_DECAY_NAMES for path in flat}
-    return flax.traverse_util.unflatten_dict(mask)
+def decays(name: str) -> bool:
+    """Whether a parameter called `name` (its last path entry) gets weight decay."""
+    return not (name.endswith(NO_DECAY_SUFFIX) or name in NO_DECAY_NAMES)
+
+
+def _is_box(x: Any) -> bool:
+    return isinstance(x, nn.meta.AxisMetadata)  # nn.LogicallyPartitioned and other boxes
+
+
+def _last_name(path: tuple) -> str:
+    """The name of a parameter from its tree path (dict keys, attributes or indices)."""
+    key = path[-1]
+    return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
+
+
+def decay_mask(params: Any) -> Any:
+    """True for parameters that get weight decay: kernels and embeddings, not biases, LayerNorm
+    scales or ScalarMix weights (see `decays`).
+
+    Same tree structure as `params`, whose leaves may be arrays, shape structs or flax
+    `nn.LogicallyPartitioned` boxes (a box keeps its axis names and holds the bool).
+    """
+
+    def flag(path: tuple, leaf: Any) -> Any:
+        decayed = decays(_last_name(path)) if path else True
+        return leaf.replace_boxed(decayed) if _is_box(leaf) else decayed
+
+    return jax.tree_util.tree_map_with_path(flag, params, is_leaf=_is_box)
 
 
 def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
