@@ -6,8 +6,10 @@
     bertjax-generate --checkpoint=WORKDIR --task=tldr --prompt="$(cat article.txt)"
 
 --temperature=0 (or --greedy) decodes greedily. Prompts of different lengths are batched with
-left padding; each continuation is what the prompt alone would give. Errors are one line
-and exit with status 2.
+left padding. Prompt k (counting --prompt flags, then --prompt_file lines, from 0) samples
+with its own key from (--seed, k), so its continuation does not depend on the other prompts
+or their lengths; a greedy continuation is what the prompt alone would give. Errors are one
+line and exit with status 2.
 """
 
 import json
@@ -30,7 +32,7 @@ flags.DEFINE_float("temperature", 1.0, "Softmax temperature; 0 decodes greedily.
 flags.DEFINE_bool("greedy", False, "Greedy decoding (same as --temperature=0).")
 flags.DEFINE_integer("top_k", None, "Sample among the k most likely tokens (k >= 1).")
 flags.DEFINE_float("top_p", None, "Nucleus sampling: the smallest set of mass >= p, p in (0, 1].")
-flags.DEFINE_integer("seed", 0, "Sampling seed.")
+flags.DEFINE_integer("seed", 0, "Sampling seed; prompt k draws with its own key from (seed, k).")
 flags.DEFINE_multi_string("stop", [END_OF_TEXT], "Stop strings (the text is cut before them).")
 flags.DEFINE_string("vocab", None, "vocab.json to use instead of the run's (with --merges).")
 flags.DEFINE_string("merges", None, "merges.txt to use instead of the run's (with --vocab).")

@@ -4,9 +4,14 @@
     then a while_loop: one token per step at cache index P + i, position n_b + i
 
 Positions follow the mask (n_b real prompt tokens -> 0 .. n_b - 1), and padded keys are
-masked, so a prompt's continuation does not depend on the other rows of the batch. The loop
-stops when every row has produced a stop token or `max_new_tokens` tokens; after its stop
-token a row produces `pad_id`.
+masked, so the other rows and the padding do not change a row's logits. Sampling draws each
+row from its own key: the row of prompt k (its index in its request, `row_ids_B[b]`) uses
+`row_key = fold_in(rng, k)` and draws its i-th new token with `fold_in(row_key, i)`. The
+continuation of prompt k thus depends only on (seed, k, the prompt, the settings): a prompt
+list gives the same continuations in one batch or split into several (each call passing its
+prompts' indices), and adding prompts after it or padding the batch longer changes nothing.
+Greedy decoding is argmax and uses no key. The loop stops when every row has produced a stop
+token or `max_new_tokens` tokens; after its stop token a row produces `pad_id`.
 """
 
 import functools
@@ -72,21 +77,37 @@ def _last_logits(model: GptLM, params: Any, cache: Any, ids_BxL: Array, key_mask
     return logits_BxV, mutated["cache"]
 
 
+def row_keys(rng: Array, row_ids_B: Array) -> Array:
+    """Per-row keys [B]: fold_in(rng, k) for the prompt index k of each row."""
+    return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, row_ids_B)
+
+
 @functools.partial(
     jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "stop_ids", "pad_id",
                               "vocab_limit"))
 def generate_ids(params: Any, ids_BxP: Array, mask_BxP: Array, rng: Array, *, model: GptLM,
                  max_new_tokens: int, sampling: Sampling, stop_ids: tuple[int, ...] = (),
-                 pad_id: int = 0, vocab_limit: int | None = None) -> Array:
-    """New token ids [B, max_new_tokens] for left-padded prompts (`pad_id` after a stop)."""
+                 pad_id: int = 0, vocab_limit: int | None = None,
+                 row_ids_B: Array | None = None) -> Array:
+    """New token ids [B, max_new_tokens] for left-padded prompts (`pad_id` after a stop).
+
+    `row_ids_B` [B] are the prompts' indices in their request (default 0 .. B-1); with `rng`
+    (the seed's key) they fix each row's samples, as the module docstring says.
+    """
     B, P = ids_BxP.shape
     vocab_limit = model.config.vocab_size if vocab_limit is None else vocab_limit
+    row_ids_B = jnp.arange(B, dtype=jnp.int32) if row_ids_B is None else row_ids_B
+    if row_ids_B.shape != (B,):
+        raise GenerationError(f"row_ids_B has shape {row_ids_B.shape} for {B} prompts: pass "
+                              "one index per prompt")
+    keys_B = row_keys(rng, row_ids_B)
+    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))  # (keys [B], i) -> keys [B]
     cache = init_cache(model, B, P + max_new_tokens)
     key_mask_BxT = jnp.concatenate([mask_BxP, jnp.ones((B, max_new_tokens), mask_BxP.dtype)], 1)
     positions_BxP = positions_from_mask(mask_BxP)
     logits_BxV, cache = _last_logits(model, params, cache, ids_BxP, key_mask_BxT, positions_BxP,
                                      vocab_limit)
-    first_B = next_token(jax.random.fold_in(rng, 0), logits_BxV, sampling)
+    first_B = next_token(step_keys(keys_B, 0), logits_BxV, sampling)
     next_pos_B = positions_BxP[:, -1] + 1
     stops = jnp.asarray(stop_ids if stop_ids else (-1,), jnp.int32)
     out_BxN = jnp.full((B, max_new_tokens), pad_id, jnp.int32)
@@ -102,7 +123,7 @@ def generate_ids(params: Any, ids_BxP: Array, mask_BxP: Array, rng: Array, *, mo
         positions_Bx1 = (next_pos_B + i)[:, None]
         logits_BxV, cache = _last_logits(model, params, cache, token_B[:, None], key_mask_BxT,
                                          positions_Bx1, vocab_limit)
-        token_B = next_token(jax.random.fold_in(rng, i + 1), logits_BxV, sampling)
+        token_B = next_token(step_keys(keys_B, i + 1), logits_BxV, sampling)
         return i + 1, token_B, done_B, cache, out_BxN
 
     init = (jnp.zeros((), jnp.int32), first_B, jnp.zeros((B,), bool), cache, out_BxN)

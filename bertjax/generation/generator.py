@@ -85,7 +85,8 @@ class Generator:
                         sampling: Sampling | None = None, seed: int = 0,
                         stop_ids: Sequence[int] = ()) -> list[list[int]]:
         """New token ids for each prompt (token lists), cut before the first stop token.
-        `sampling` defaults to plain sampling at temperature 1."""
+        `sampling` defaults to plain sampling at temperature 1. Prompt k samples with its own
+        key, fold_in(key(seed), k), as `generate` says."""
         sampling = Sampling() if sampling is None else sampling
         check_fits([len(p) for p in prompts], max_new_tokens, self.config.max_position_embeddings)
         longest = max(len(p) for p in prompts)
@@ -94,7 +95,8 @@ class Generator:
         out = generate_ids(self.params, ids, mask, jax.random.key(seed), model=self.model,
                            max_new_tokens=max_new_tokens, sampling=sampling,
                            stop_ids=tuple(stop_ids), pad_id=pad_id,
-                           vocab_limit=self.tokenizer.vocab_size)
+                           vocab_limit=self.tokenizer.vocab_size,
+                           row_ids_B=np.arange(len(prompts), dtype=np.int32))
         results = []
         stops = set(stop_ids)
         for row in np.asarray(out).tolist():
@@ -105,7 +107,13 @@ class Generator:
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 64,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                  seed: int = 0, stop: Sequence[str] = (END_OF_TEXT,)) -> list[str]:
-        """Continuations of each prompt; temperature 0 is greedy decoding."""
+        """Continuations of each prompt; temperature 0 is greedy decoding.
+
+        Prompt k (its index in `prompts`) samples with its own key, fold_in(key(seed), k), so
+        its continuation depends only on (seed, k, the prompt, the settings): not on the other
+        prompts, their lengths or how many there are. The same prompt at two indices gets two
+        independent samples; greedy continuations depend on the prompt alone.
+        """
         prompts = [prompts] if isinstance(prompts, str) else list(prompts)
         if not prompts:
             return []

@@ -65,8 +65,10 @@ def allowed_logits(logits_BxV: Array, sampling: Sampling) -> Array:
     return logits_BxV
 
 
-def next_token(rng: Array, logits_BxV: Array, sampling: Sampling) -> Array:
-    """Token ids [B]: argmax when greedy, else a draw from the allowed set."""
+def next_token(keys_B: Array, logits_BxV: Array, sampling: Sampling) -> Array:
+    """Token ids [B]: argmax when greedy, else row b's draw from its allowed set with its own
+    key keys_B[b], so a row's token never depends on the other rows or on the batch size."""
     if sampling.greedy:
         return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
-    return jax.random.categorical(rng, allowed_logits(logits_BxV, sampling)).astype(jnp.int32)
+    allowed_BxV = allowed_logits(logits_BxV, sampling)
+    return jax.vmap(jax.random.categorical)(keys_B, allowed_BxV).astype(jnp.int32)

@@ -1,5 +1,6 @@
-"""KV-cache decoding: equals recomputing the prefix, ignores the rest of the batch, matches
-transformers' greedy generate, stops at stop tokens; prompts that do not fit fail clearly."""
+"""KV-cache decoding: equals recomputing the prefix, ignores the rest of the batch (greedy, and
+sampled with per-prompt keys), matches transformers' greedy generate, stops at stop tokens;
+prompts that do not fit fail clearly."""
 
 import dataclasses
 
@@ -100,6 +101,66 @@ def test_sampling_is_seeded(params):
     first, again, other = sample(1), sample(1), sample(2)
     np.testing.assert_array_equal(first, again)
     assert (first != other).any()
+
+
+def _sampled(params, prompts, seed=1, length=None, row_ids=None):
+    """Plain sampling at temperature 1 (the random model's draws there are far from greedy)."""
+    ids, mask = left_pad(prompts, pad_id=0, length=length)
+    rows = {} if row_ids is None else {"row_ids_B": np.asarray(row_ids, np.int32)}
+    out = generate_ids(params, ids, mask, jax.random.key(seed), model=MODEL, max_new_tokens=NEW,
+                       sampling=Sampling(temperature=1.0), **rows)
+    return np.asarray(out).tolist()
+
+
+@pytest.mark.parametrize("partitionable", [True, False])
+def test_a_sampled_continuation_depends_only_on_seed_index_and_prompt(params, partitionable):
+    # Per-row keys make this hold under either threefry mode; one [B, V] draw per step held it
+    # only where row b's bits do not depend on B (jax_threefry_partitionable=True).
+    with jax.threefry_partitionable(partitionable):
+        _check_batch_independence(params)
+
+
+def _check_batch_independence(params):
+    together = _sampled(params, PROMPTS)
+    assert _sampled(params, PROMPTS[:1])[0] == together[0]  # later prompts change nothing
+    assert _sampled(params, PROMPTS[:2])[1] == together[1]
+    # the same list split into batches, each passing its prompts' indices
+    split = _sampled(params, PROMPTS[:1]) + _sampled(params, PROMPTS[1:], row_ids=[1, 2])
+    assert split == together
+    # longer padding: a longer prompt appended, or the batch padded to twice its width
+    longer = _sampled(params, PROMPTS + [list(range(1, 16))])
+    assert longer[:3] == together
+    assert _sampled(params, PROMPTS, length=2 * len(PROMPTS[1])) == together
+
+
+def test_sampled_continuations_change_with_the_seed_and_the_row(params):
+    together = _sampled(params, PROMPTS)
+    other_seed = _sampled(params, PROMPTS, seed=2)
+    assert all(a != b for a, b in zip(together, other_seed, strict=True))
+    same_prompt = _sampled(params, [PROMPTS[0]] * 4)  # four independent draws
+    assert len({tuple(row) for row in same_prompt}) == 4
+    assert same_prompt[0] == together[0]  # row 0 is row 0, whatever the other prompts
+    later = _sampled(params, PROMPTS, row_ids=[3, 4, 5])
+    compiled = generate_ids._cache_size()
+    assert _sampled(params, PROMPTS, row_ids=[6, 7, 8]) != later  # other indices, other draws
+    assert generate_ids._cache_size() == compiled  # row indices are traced, not compiled in
+
+
+def test_generator_samples_per_prompt_index_without_recompiling(params):
+    tokenizer = learn_bpe(["the cat sat on the mat. the dog sat on the log."] * 10, 270)
+    generator = Generator(CONFIG, params, tokenizer)
+    prompts = [[5, 9, 2], [7, 1, 1, 3], [11, 4]]
+
+    def tokens(batch, seed=3):
+        return generator.generate_tokens(batch, NEW, Sampling(temperature=1.0), seed)
+
+    together = tokens(prompts)
+    assert tokens(prompts[:1]) == together[:1]
+    assert tokens(prompts[:2]) == together[:2]
+    assert tokens(prompts, seed=4) != together
+    compiled = generate_ids._cache_size()
+    assert tokens([[8, 8, 8], [6], [2, 2]]) != together  # new prompts, same shapes
+    assert generate_ids._cache_size() == compiled  # a new request reuses the compiled loop
 
 
 def test_prompts_that_do_not_fit_fail_with_the_allowed_length():

@@ -17,8 +17,8 @@ def _draws(sampling, seed=0):
     probs = np.zeros(len(PROBS))
     probs[ORDER] = PROBS
     logits = jnp.log(jnp.asarray(probs, jnp.float32))[None].repeat(DRAWS, 0)
-    return np.asarray(jax.jit(next_token, static_argnums=2)(jax.random.key(seed), logits,
-                                                            sampling))
+    keys = jax.random.split(jax.random.key(seed), DRAWS)  # one key per row
+    return np.asarray(jax.jit(next_token, static_argnums=2)(keys, logits, sampling))
 
 
 def _check(sampling, allowed_ranks, weights):
@@ -52,7 +52,8 @@ def test_top_k_and_top_p_together_and_temperature():
 
 def test_greedy_is_argmax_and_filters_mask_the_rest():
     logits = jnp.log(jnp.asarray([[0.1, 0.6, 0.3]]))
-    assert int(next_token(jax.random.key(0), logits, Sampling(temperature=0.0))[0]) == 1
+    keys = jax.random.split(jax.random.key(0), 1)
+    assert int(next_token(keys, logits, Sampling(temperature=0.0))[0]) == 1
     masked = np.asarray(allowed_logits(logits, Sampling(top_k=2)))
     assert np.isneginf(masked[0, 0]) and np.isfinite(masked[0, 1:]).all()
 
@@ -67,3 +68,14 @@ def test_bad_settings_fail_with_one_line(kwargs, match):
     with pytest.raises(GenerationError, match=match) as err:
         Sampling(**kwargs)
     assert "\n" not in str(err.value)
+
+
+def test_each_row_draws_with_its_own_key_only():
+    logits = jnp.zeros((4, 50))  # uniform: every draw is the key's alone
+    keys = jax.random.split(jax.random.key(0), 4)
+    tokens = np.asarray(next_token(keys, logits, Sampling()))
+    for row in range(4):  # a row alone, or beside other rows, draws the same token
+        assert next_token(keys[row:row + 1], logits[:1], Sampling())[0] == tokens[row]
+    reordered = np.asarray(next_token(keys[::-1], logits, Sampling()))
+    np.testing.assert_array_equal(reordered, tokens[::-1])
+    assert len(set(tokens.tolist())) > 1  # the rows' keys differ, and so do their draws
