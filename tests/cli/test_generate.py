@@ -56,7 +56,7 @@ def run_generate(capsys, *args):
 
 def test_generate_from_the_workdir_of_a_gpt_run(workdir, capsys):
     record = json.loads((workdir / "model.json").read_text())
-    assert record["family"] == "gpt" and record["config"]["num_layers"] == 1
+    assert record["family"] == "gpt" and record["config"]["transformer"]["num_layers"] == 1
     code, out, _ = run_generate(capsys, f"--checkpoint={workdir}", "--prompt=The module",
                                 "--prompt=Return", "--greedy", "--max_new_tokens=8", "--json")
     assert code == 0
