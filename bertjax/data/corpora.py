@@ -85,6 +85,14 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
     return list(files)
 
 
+def is_binary(data: bytes) -> bool:
+    """True for bytes that are not text: they hold a NUL byte (executables, images, archives).
+
+    The one rule every bertjax tool applies to its text inputs.
+    """
+    return b"\x00" in data
+
+
 def _read_lines(path: pathlib.Path) -> list[str]:
     """Lines of a UTF-8 file; bad bytes become U+FFFD with one warning naming the file."""
     try:
@@ -94,6 +102,11 @@ def _read_lines(path: pathlib.Path) -> list[str]:
             f"{path}: cannot read ({e.strerror}); fix the corpus setting"
             " (bert_pretraining_source.corpus)"
         ) from e
+    if is_binary(data):
+        raise CorpusError(
+            f"{path} is a binary file, not text: point the corpus setting"
+            " (bert_pretraining_source.corpus) at text files"
+        )
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import pathlib
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import jax
@@ -63,6 +65,7 @@ class ElmoSource:
         self.tokenizer, self.seed = tokenizer, seed
         self.vocab: ElmoVocabulary | None = None
         self.corpus: EncodedCorpus | None = None
+        self._unsaved: pathlib.Path | None = None  # a learned vocabulary save() keeps
 
     @property
     def chars(self) -> bool:
@@ -73,7 +76,7 @@ class ElmoSource:
         return self._vocab().vocab_size
 
     def prepare(self, workdir: str | pathlib.Path) -> None:
-        """Read and tokenize the corpus, load or learn the vocabulary, record the run."""
+        """Read and tokenize the corpus, load or learn the vocabulary; nothing is written."""
         workdir = pathlib.Path(workdir)
         _check_family(workdir)
         documents = load_corpus(self.corpus_name, self.corpus_format)
@@ -88,7 +91,6 @@ class ElmoSource:
                              f"vocab_size is {self.model.vocab_size}: set elmo_config.vocab_size "
                              f">= {self.vocab_size}")
         self.corpus = encode_corpus(token_lists, self.vocab, self.model.max_chars)
-        self._write_record(workdir)
         logging.info("corpus %s: %d sentences, %d tokens, vocabulary of %d", self.corpus_name,
                      len(self.corpus.sentences), self.corpus.num_tokens, self.vocab_size)
 
@@ -97,14 +99,26 @@ class ElmoSource:
         if self.vocab_spec != "learn":
             return ElmoVocabulary(self.vocab_spec)
         path = workdir / LEARNED_VOCAB
-        if not path.exists():
+        if not path.exists():  # learned into a staging directory; save() keeps it
+            path = pathlib.Path(tempfile.mkdtemp(prefix="bertjax-vocab-")) / LEARNED_VOCAB
             write_vocab(learn_vocabulary(token_lists, self.model.vocab_size, self.min_count), path)
+            self._unsaved = path
         return ElmoVocabulary(path)
 
-    def _write_record(self, workdir: pathlib.Path) -> None:
-        if jax.process_index() == 0:
-            write_record(workdir, FAMILY, self.model, tokenizer=self.tokenizer, mode=self.mode,
-                         vocab=str(pathlib.Path(self._vocab().path).absolute()))
+    def save(self, workdir: str | pathlib.Path) -> None:
+        """Keep a learned vocabulary and the model record in the workdir (once the run starts)."""
+        workdir = pathlib.Path(workdir)
+        if jax.process_index() != 0:
+            return
+        workdir.mkdir(parents=True, exist_ok=True)
+        vocab = pathlib.Path(self._vocab().path).absolute()
+        if self._unsaved is not None:
+            shutil.copyfile(self._unsaved, workdir / LEARNED_VOCAB)
+            self._unsaved = None
+        if vocab.parent != workdir.absolute() and self.vocab_spec == "learn":
+            vocab = workdir.absolute() / LEARNED_VOCAB
+        write_record(workdir, FAMILY, self.model, tokenizer=self.tokenizer, mode=self.mode,
+                     vocab=str(vocab))
 
     def _vocab(self) -> ElmoVocabulary:
         if self.vocab is None:

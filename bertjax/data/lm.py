@@ -18,7 +18,6 @@ the workdir), a directory holding vocab.json + merges.txt, or "VOCAB_JSON,MERGES
 import logging
 import pathlib
 import re
-import shutil
 from collections.abc import Iterator, Sequence
 
 import jax
@@ -189,13 +188,14 @@ class LmPretrainingSource:
         self.shuffle, self.seed, self.model = shuffle, seed, model
         self.vocab: ByteLevelBPEVocabulary | None = None
         self.stream: np.ndarray | None = None
+        self._unsaved: ByteLevelBPE | None = None  # tokenizer files save() writes
 
     @property
     def vocab_size(self) -> int:
         return self._vocab().vocab_size
 
     def prepare(self, workdir: str | pathlib.Path) -> None:
-        """Read the corpus, learn or load the BPE (kept in the workdir), tokenize and pack."""
+        """Read the corpus, learn or load the BPE, tokenize and pack; nothing is written."""
         workdir = pathlib.Path(workdir)
         texts = load_texts(self.corpus_name, self.corpus_format, self.text_key)
         if not texts:
@@ -211,9 +211,19 @@ class LmPretrainingSource:
         self.stream = pack_documents([bpe.encode(t) for t in texts], bpe.eos_id)
         logging.info("corpus %s: %d documents, %d tokens, vocabulary of %d", self.corpus_name,
                      len(texts), len(self.stream), bpe.vocab_size)
-        if self.model is not None and jax.process_index() == 0:
+
+    def save(self, workdir: str | pathlib.Path) -> None:
+        """Keep the BPE files and the model record in the workdir (once the run starts)."""
+        workdir = pathlib.Path(workdir)
+        if jax.process_index() != 0:
+            return
+        workdir.mkdir(parents=True, exist_ok=True)
+        if self._unsaved is not None:
+            self._unsaved.save(workdir)
+            self._unsaved = None
+        if self.model is not None:
             write_record(workdir, FAMILY, self.model, tokenizer={
-                "vocab": "vocab.json", "merges": "merges.txt", "vocab_size": bpe.vocab_size})
+                "vocab": "vocab.json", "merges": "merges.txt", "vocab_size": self.vocab_size})
 
     def _load_or_learn(self, workdir: pathlib.Path, texts: list[str]) -> ByteLevelBPE:
         kept = workdir / "vocab.json", workdir / "merges.txt"
@@ -225,10 +235,8 @@ class LmPretrainingSource:
                     "a multi-host run cannot learn its vocabulary: learn it once on one host and "
                     "set lm_pretraining_source.vocab to the VOCAB_JSON,MERGES_TXT it wrote"
                 )
-            bpe = learn_bpe(_prefix(texts, LEARN_CHARS), self.requested_vocab_size)
-            if jax.process_index() == 0:
-                bpe.save(workdir)
-            return bpe
+            self._unsaved = learn_bpe(_prefix(texts, LEARN_CHARS), self.requested_vocab_size)
+            return self._unsaved
         files = self._vocab_files()
         bpe = ByteLevelBPE.from_files(*files)
         if all(p.is_file() for p in kept):
@@ -237,10 +245,8 @@ class LmPretrainingSource:
                     f"{workdir} was trained with another vocabulary than {files[0]}: use a new "
                     "--workdir or the run's own lm_pretraining_source.vocab"
                 )
-        elif jax.process_index() == 0:
-            workdir.mkdir(parents=True, exist_ok=True)
-            for src, dst in zip(files, kept, strict=True):
-                shutil.copyfile(src, dst)
+        else:
+            self._unsaved = bpe  # a copy goes into the workdir: it is self-contained
         return bpe
 
     def _vocab_files(self) -> tuple[pathlib.Path, pathlib.Path]:

@@ -1,9 +1,10 @@
 """The BERT pretraining data source the training loop consumes.
 
 `bert_pretraining_source` (gin) names a corpus and a vocabulary; `prepare(workdir)` reads the
-corpus and learns or loads the WordPiece vocabulary (a learned one is kept in the workdir, so a
-resumed run uses the same ids); `batches(start, seq_length, batch_size)` yields this host's
-numpy batches from the seqio Task for that sequence length, starting at a global example index.
+corpus and learns or loads the WordPiece vocabulary, writing nothing; `save(workdir)` keeps a
+learned one in the workdir once the run starts (so a resumed run uses the same ids);
+`batches(start, seq_length, batch_size)` yields this host's numpy batches from the seqio Task
+for that sequence length, starting at a global example index.
 
 Corpora: "stdlib" (offline: the Python standard library's documentation), file or directory
 paths (comma-separated; google-research/bert's format or plain text), or "tfds:NAME[:SPLIT]"
@@ -15,6 +16,8 @@ import logging
 import math
 import pathlib
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import jax
@@ -81,6 +84,7 @@ class BertPretrainingSource:
         self.max_predictions = max_predictions_per_seq
         self.vocab: WordPieceVocabulary | None = None
         self.corpus = None
+        self._unsaved: dict[str, pathlib.Path] = {}
 
     @property
     def vocab_size(self) -> int:
@@ -115,12 +119,20 @@ class BertPretrainingSource:
                 )
             return WordPieceVocabulary(self.vocab_spec, lower_case=self.lower_case)
         path = workdir / LEARNED_VOCAB
-        if not path.exists():
+        if not path.exists():  # learned into a staging directory; save() keeps it
             sentences = (s for doc in documents for s in doc)
             tokens = learn_vocabulary(sentences, self.requested_vocab_size, self.lower_case)
-            workdir.mkdir(parents=True, exist_ok=True)
+            path = pathlib.Path(tempfile.mkdtemp(prefix="bertjax-vocab-")) / LEARNED_VOCAB
             write_vocab(tokens, path)
+            self._unsaved[LEARNED_VOCAB] = path
         return WordPieceVocabulary(str(path), lower_case=self.lower_case)
+
+    def save(self, workdir: str | pathlib.Path) -> None:
+        """Keep a newly learned vocabulary in the workdir (called once the run starts)."""
+        for name, path in self._unsaved.items():
+            pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, pathlib.Path(workdir) / name)
+        self._unsaved = {}
 
     def _vocab(self) -> WordPieceVocabulary:
         if self.vocab is None:

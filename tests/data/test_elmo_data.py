@@ -140,6 +140,8 @@ def test_source_prepares_records_and_batches(tmp_path):
         workdir = tmp_path / mode
         source = ElmoSource(cfg, corpus=corpus, mode=mode, tokenizer="whitespace")
         source.prepare(workdir)
+        assert not workdir.exists()  # nothing is written before the run starts
+        source.save(workdir)
         record = json.loads((workdir / "model.json").read_text())
         assert record["family"] == "elmo" and record["mode"] == mode
         assert record["config"]["max_chars"] == 12 and (workdir / "elmo_vocab.txt").is_file()

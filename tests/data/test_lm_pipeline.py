@@ -71,6 +71,8 @@ def test_source_learns_keeps_and_records_its_vocabulary(corpus, tmp_path):
     config = gpt_config("gpt2_tiny", vocab_size=300)
     source = LmPretrainingSource(str(corpus), vocab="learn", vocab_size=300, model=config, seed=0)
     source.prepare(tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing is written before the run starts
+    source.save(tmp_path)
     assert source.vocab_size <= 300
     record = json.loads((tmp_path / "model.json").read_text())
     assert record["family"] == "gpt" and record["config"]["vocab_size"] == 300

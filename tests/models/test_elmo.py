@@ -147,6 +147,7 @@ def trained(wikitext_valid, tmp_path_factory):
     source = ElmoSource(config, corpus=train, corpus_format="plain", tokenizer="whitespace")
     workdir = directory / "run"
     source.prepare(workdir)
+    source.save(workdir)
     task = elmo_pretraining_task(config)
     eval_source = ElmoSource(config, corpus=held_out, corpus_format="plain",
                              tokenizer="whitespace", vocab=str(workdir / "elmo_vocab.txt"))

@@ -40,6 +40,7 @@ def test_tiny_gpt_validation_perplexity_falls_on_wikitext(wikitext_valid, tmp_pa
                         attention_dropout_rate=0.0)
     train = LmPretrainingSource(str(train_file), vocab="learn", vocab_size=512, model=config)
     train.prepare(tmp_path / "run")
+    train.save(tmp_path / "run")
     valid = LmPretrainingSource(str(valid_file), vocab=str(tmp_path / "run"), shuffle=False)
     valid.prepare(tmp_path / "run")  # the run's vocabulary, on held-out text
 
