@@ -207,14 +207,15 @@ class BertjaxRunner:
     def __init__(self, config, batch: dict, seed: int):
         import jax
 
-        from bertjax.objectives.pretraining import bert_pretraining_task
+        from bertjax.objectives.pretraining import bert_pretraining
         from bertjax.training.loop import build_trainer
         from bertjax.training.mesh import make_mesh
         from bertjax.training.optim import make_optimizer
 
         tx = make_optimizer("adamw", learning_rate=1e-4, warmup_steps=1, total_steps=10**6)
         mesh = make_mesh(devices=jax.devices()[:1])
-        self.trainer = build_trainer(bert_pretraining_task(config), tx, mesh, batch, seed=seed)
+        self.trainer = build_trainer(bert_pretraining(config), tx, mesh,
+                                     *batch["input_ids"].shape, seed=seed)
         self.state = self.trainer.init()
         self.batch = batch
         self.loss = None

@@ -51,18 +51,19 @@ def build_jax(args):
     import jax
 
     from bertjax.models.elmo import elmo_config
-    from bertjax.objectives.bilm import elmo_pretraining_task
+    from bertjax.objectives.bilm import elmo_pretraining
     from bertjax.training.loop import build_trainer
     from bertjax.training.mesh import make_mesh
     from bertjax.training.optim import make_optimizer
 
     config = elmo_config(args.size, vocab_size=args.vocab_size, cell_clip=None, proj_clip=None,
                          dropout_rate=0.0)
-    task = elmo_pretraining_task(config)
+    task = elmo_pretraining(config)
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=0, total_steps=10**6, eps=1e-8,
                         weight_decay=0.0, clip_norm=None)
     batch = make_batch(args, config.max_chars)
-    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), batch)
+    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]),
+                            *batch["token_ids"].shape)
     state = trainer.init()
     device_batch = trainer.device_batch(batch)
 

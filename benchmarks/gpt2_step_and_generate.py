@@ -25,7 +25,7 @@ from bertjax.convert.hf_gpt import config_from_hf, hf_to_bertjax
 from bertjax.generation.decode import generate_ids, left_pad
 from bertjax.generation.sampling import GREEDY
 from bertjax.models.gpt import SIZES, GptLM
-from bertjax.objectives.lm import gpt_pretraining_task
+from bertjax.objectives.lm import gpt_pretraining
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
@@ -55,12 +55,12 @@ def train_step_rates(model, batch, seq, steps):
     tokens = batch * seq
 
     config = config_from_hf(model.config.to_dict())
-    task = gpt_pretraining_task(config)
+    task = gpt_pretraining(config)
     tx = make_optimizer(learning_rate=1e-4, warmup_steps=10, total_steps=1000)
     jax_batch = {"input_ids": ids[:, :-1].astype(np.int32),
                  "target_ids": ids[:, 1:].astype(np.int32),
                  "loss_weights": np.ones((batch, seq), np.float32)}
-    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), jax_batch)
+    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), batch, seq)
     holder = {"state": trainer.init()}
     device_batch = trainer.device_batch(jax_batch)
 

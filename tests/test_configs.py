@@ -6,7 +6,6 @@ import gin
 import pytest
 
 from bertjax.cli import gin_utils
-from bertjax.cli.experiment import Experiment
 from bertjax.models.bert import PARAM_COUNTS, BertConfig
 from bertjax.training.mesh import mesh_shape
 
@@ -44,23 +43,23 @@ def test_mesh_files_fit_their_device_count(name, devices):
 @pytest.mark.parametrize("path", EXPERIMENTS)
 def test_experiments_build(path):
     gin_utils.parse([path], [])
-    experiment = Experiment()
+    experiment = gin_utils.configured("train")
     assert experiment.batch_size > 0 and experiment.num_steps > 0
-    assert experiment.task.model is not None and experiment.optimizer is not None
-    batch = experiment.task.example_batch(2, experiment.seq_phases[-1][1])
+    assert experiment.objective.model is not None and experiment.optimizer is not None
+    batch = experiment.objective.example_batch(2, experiment.seq_phases[-1][1])
     assert all(v.shape[0] == 2 for v in batch.values())
 
 
 def test_paper_setups():
     gin_utils.parse(["configs/experiments/bert_base_tpu_v3_32.gin"], [])
-    base = Experiment()
+    base = gin_utils.configured("train")
     assert (base.batch_size, base.num_steps) == (256, 1_000_000)
     assert base.seq_phases == ((0.9, 128), (0.1, 512))
-    encoder = base.task.model.config.transformer
+    encoder = base.objective.model.config.transformer
     assert encoder.num_layers == 12 and encoder.dtype == "bfloat16"
     gin.clear_config()
     gin_utils.parse(["configs/experiments/bert_large_tpu_v3_128.gin"], [])
-    assert Experiment().task.model.config.transformer.num_layers == 24
+    assert gin_utils.configured("train").objective.model.config.transformer.num_layers == 24
 
 
 def test_unknown_experiment_names_the_choices():
@@ -69,8 +68,6 @@ def test_unknown_experiment_names_the_choices():
 
 
 def test_mesh_bindings_reach_the_training_mesh():
-    from bertjax.training.mesh import make_mesh
-
     gin_utils.parse(["configs/meshes/cpu.gin"], ["make_mesh.data = 2", "make_mesh.fsdp = 4"])
-    mesh = gin.get_configurable(make_mesh)()
+    mesh = gin.get_configurable("bertjax.make_mesh")()
     assert dict(mesh.shape) == {"data": 2, "fsdp": 4, "model": 1}

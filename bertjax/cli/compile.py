@@ -19,17 +19,15 @@ import jax
 from absl import flags
 
 from bertjax.cli import gin_utils, runner
-from bertjax.cli.experiment import CompileTarget, Experiment
 from bertjax.training import aot
-from bertjax.training.mesh import make_mesh
 
 PROGRAM = "bertjax-compile"
 FLAGS = flags.FLAGS
 
 GiB = aot.GiB
 FIX = (
-    "lower train.batch_size, raise train.accum_steps, set bert_config.remat = True, or "
-    "shard parameters with make_mesh.fsdp"
+    "lower train.batch_size, raise train.accum_steps, set {config}.remat = True, or shard "
+    "parameters with make_mesh.fsdp"
 )
 
 
@@ -38,6 +36,7 @@ class CompileResult:
     """What was compiled (the slice, mesh and batch) and one report per phase."""
 
     topology: str
+    config_name: str  # the model config's gin name, for advice
     accelerator: aot.Accelerator
     mesh_shape: dict[str, int]
     batch_size: int
@@ -50,37 +49,25 @@ class CompileResult:
         return all(p.fits for p in self.phases)
 
 
-def _configured(cls: type) -> object:
-    """Build a gin-configured class, turning gin's missing-binding error into one line."""
-    try:
-        return cls()
-    except RuntimeError as err:
-        if "Required bindings" not in str(err):
-            raise
-        first = str(err).strip().splitlines()[0]
-        raise gin_utils.ConfigError(
-            f"{first}: bind them in the gin file or with --gin.NAME=VALUE"
-        ) from err
-
-
 def compile_experiment(
     gin_files: Sequence[str], bindings: Sequence[str] = (), jobs: int = 1
 ) -> CompileResult:
     """Parse the gin files from scratch and compile every phase of the experiment they describe.
 
-    The data source is never built or read: batches are abstract, shaped as the pipeline's.
+    No data is read: batches are abstract, shaped as the objective's. The step compiled is the
+    one the training loop runs, carried state (ELMo's stream mode) included.
     """
     start = time.perf_counter()
     gin.clear_config()
     gin_utils.parse(list(gin_files), list(bindings))
-    exp = _configured(Experiment)
-    target = _configured(CompileTarget)
+    exp = gin_utils.configured("train")
+    target = gin_utils.configured("aot_compile")
     devices = aot.topology_devices(target.topology)
     accel = aot.accelerator_of(devices)
-    mesh = gin.get_configurable(make_mesh)(devices=devices)  # data/fsdp/model from meshes/*.gin
+    mesh = gin.get_configurable("bertjax.make_mesh")(devices=devices)  # meshes/*.gin
     gin_utils.check_all_read()
     phases = aot.compile_phases(
-        exp.task,
+        exp.objective,
         exp.optimizer,
         mesh,
         exp.batch_size,
@@ -93,6 +80,7 @@ def compile_experiment(
     )
     return CompileResult(
         target.topology,
+        exp.objective.config_name,
         accel,
         dict(mesh.shape),
         exp.batch_size,
@@ -171,7 +159,8 @@ def check_fits(result: CompileResult) -> None:
             used = f"it needs {p.memory.total / GiB:.1f} GiB"
         raise gin_utils.ConfigError(
             f"the train step at sequence length {p.seq_length} does not fit on a "
-            f"{result.accelerator.name} core ({used} of {p.hbm_bytes / GiB:.0f} GiB HBM): {FIX}"
+            f"{result.accelerator.name} core ({used} of {p.hbm_bytes / GiB:.0f} GiB HBM): "
+            + FIX.format(config=result.config_name)
         )
 
 

@@ -17,14 +17,14 @@ import json
 import pathlib
 
 import numpy as np
-import orbax.checkpoint as ocp
 from absl import flags
 
 from bertjax.cli import runner
 from bertjax.data.bpe import ByteLevelBPE
 from bertjax.finetune import gpt as ft_gpt
 from bertjax.finetune.gpt_inputs import FIELDS, KINDS, encode
-from bertjax.generation.checkpoint import load_gpt
+from bertjax.generation.generator import load_gpt
+from bertjax.training.workdir import tokenizer_file
 
 PROGRAM = "finetune_gpt"
 FLAGS = flags.FLAGS
@@ -43,7 +43,7 @@ def define_flags() -> None:
         (integer, "batch_size", 32, "Global batch size."),
         (real, "learning_rate", 6.25e-5, "Peak learning rate."),
         (integer, "max_length", None, "Tokens per sequence (default: the model's context)."),
-        (string, "output", None, "Where to write the fine-tuned parameters."),
+        (string, "output", None, "The fine-tuning workdir (checkpoints, metrics)."),
         (integer, "seed", 0, "Seed."),
     ):
         runner.define_once(define, name, default, help_text)
@@ -77,12 +77,12 @@ def read_examples(path: str, kind: str, tokenizer: ByteLevelBPE) -> tuple[list, 
 
 
 def run_finetuning() -> dict:
-    if not FLAGS.checkpoint or not FLAGS.train:
-        raise ValueError("--checkpoint (a GPT workdir) and --train (JSON lines) are required")
+    if not FLAGS.checkpoint or not FLAGS.train or not FLAGS.output:
+        raise ValueError("--checkpoint (a GPT workdir), --train (JSON lines) and --output (the "
+                         "fine-tuning workdir) are required")
     ckpt = load_gpt(FLAGS.checkpoint, tool="finetune_gpt")
-    info = ckpt.record.get("tokenizer", {})
-    tokenizer = ByteLevelBPE.from_files(ckpt.workdir / info.get("vocab", "vocab.json"),
-                                        ckpt.workdir / info.get("merges", "merges.txt"))
+    tokenizer = ByteLevelBPE.from_files(tokenizer_file(ckpt.workdir, ckpt.record, "vocab"),
+                                        tokenizer_file(ckpt.workdir, ckpt.record, "merges"))
     max_length = FLAGS.max_length or ckpt.config.max_position_embeddings
     ft = ft_gpt.FinetuneConfig(FLAGS.task, FLAGS.num_classes, FLAGS.lm_coef, FLAGS.learning_rate,
                                FLAGS.batch_size, FLAGS.epochs, max_length=max_length,
@@ -90,7 +90,7 @@ def run_finetuning() -> dict:
     special = ft_gpt.special_tokens(ckpt.config)
     train = encode(FLAGS.task, *read_examples(FLAGS.train, FLAGS.task, tokenizer), special,
                    max_length)
-    params, history = ft_gpt.finetune(ckpt.config, ckpt.params, train, ft)
+    params, history = ft_gpt.finetune(ckpt.config, ckpt.params, train, ft, FLAGS.output)
     summary = {"steps": len(history), "train_loss": history[-1]["loss"] if history else None}
     if FLAGS.eval:
         data = encode(FLAGS.task, *read_examples(FLAGS.eval, FLAGS.task, tokenizer), special,
@@ -100,13 +100,9 @@ def run_finetuning() -> dict:
             summary["eval_mse"] = float(np.mean((logits[:, 0] - data["label"]) ** 2))
         else:
             summary["eval_accuracy"] = float((logits.argmax(-1) == data["label"]).mean())
-    if FLAGS.output:
-        out = pathlib.Path(FLAGS.output).absolute()
-        with ocp.StandardCheckpointer() as checkpointer:
-            checkpointer.save(out / "params", params, force=True)
-        (out / "finetune.json").write_text(json.dumps({
-            "finetune": dataclasses.asdict(ft), "config": dataclasses.asdict(ckpt.config),
-            "pretrained": str(ckpt.workdir), "step": ckpt.step, **summary}, indent=2))
+    (pathlib.Path(FLAGS.output) / "finetune.json").write_text(json.dumps({
+        "finetune": dataclasses.asdict(ft), "pretrained": str(ckpt.workdir), "step": ckpt.step,
+        **summary}, indent=2))
     return summary
 
 

@@ -1,42 +1,31 @@
-"""Gin at the edge: external configurables, config file lookup, `--gin.NAME=VALUE` flags, and
+"""Gin at the edge: config file lookup, `--gin.NAME=VALUE` flags, and
 one-line errors for bad syntax and for bindings nothing reads."""
 
 import difflib
 import logging
 import pathlib
 import tokenize
+from typing import Any
 
 import gin
 
-from bertjax.data.elmo_pipeline import ElmoSource
-from bertjax.data.lm import LmPretrainingSource
-from bertjax.data.pipeline import BertPretrainingSource
-from bertjax.models.bert import bert_config
-from bertjax.models.elmo import elmo_config
-from bertjax.models.gpt import gpt_config
-from bertjax.objectives.bilm import elmo_pretraining_task
-from bertjax.objectives.lm import gpt_pretraining_task
-from bertjax.objectives.pretraining import bert_pretraining_task
-from bertjax.training.elmo_optim import adagrad_optimizer
-from bertjax.training.mesh import make_mesh
-from bertjax.training.optim import make_optimizer
-
-gin.external_configurable(bert_config, module="bertjax")
-gin.external_configurable(bert_pretraining_task, module="bertjax")
-gin.external_configurable(make_mesh, module="bertjax")
-gin.external_configurable(make_optimizer, module="bertjax")
-gin.external_configurable(BertPretrainingSource, "bert_pretraining_source", module="bertjax")
-gin.external_configurable(gpt_config, module="bertjax")
-gin.external_configurable(gpt_pretraining_task, module="bertjax")
-gin.external_configurable(LmPretrainingSource, "lm_pretraining_source", module="bertjax")
-gin.external_configurable(elmo_config, module="bertjax")
-gin.external_configurable(elmo_pretraining_task, module="bertjax")
-gin.external_configurable(ElmoSource, "elmo_source", module="bertjax")
-gin.external_configurable(adagrad_optimizer, module="bertjax")
+import bertjax.configurables  # noqa: F401  (registers every gin name)
 
 
 class ConfigError(ValueError):
     """A gin file or binding that cannot be used."""
+
+
+def configured(name: str) -> Any:
+    """Call the gin configurable `name` (e.g. "train") with its bindings; gin's error for a
+    missing binding becomes one line."""
+    try:
+        return gin.get_configurable(f"bertjax.{name}")()
+    except RuntimeError as err:
+        if "Required bindings" not in str(err):
+            raise
+        first = str(err).strip().splitlines()[0]
+        raise ConfigError(f"{first}: bind them in the gin file or with --gin.NAME=VALUE") from err
 
 
 def config_roots() -> list[pathlib.Path]:

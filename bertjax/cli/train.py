@@ -13,16 +13,14 @@ another model) is refused before anything in the workdir changes.
 import json
 import pathlib
 import time
-from typing import Any
 
 import gin
 import jax
 from absl import flags
 
 from bertjax.cli import gin_utils, runner
-from bertjax.cli.experiment import Experiment
+from bertjax.objectives.objective import Objective
 from bertjax.training import distributed, loop
-from bertjax.training.mesh import make_mesh
 
 PROGRAM = "bertjax-train"
 FLAGS = flags.FLAGS
@@ -56,47 +54,28 @@ def check_workdir(workdir: str | None) -> pathlib.Path:
     return path
 
 
-def train(workdir: str | pathlib.Path, show_progress: bool = True) -> dict[str, Any]:
+def train(workdir: str | pathlib.Path, show_progress: bool = True
+          ) -> tuple[loop.RunResult, Objective]:
     """Build the configured experiment, check it, prepare its data, train and checkpoint.
 
     Nothing is written to `workdir` until every check has passed.
     """
-    exp = Experiment()
-    mesh = gin.get_configurable(make_mesh)()  # data/fsdp/model from configs/meshes/*.gin
+    exp = gin_utils.configured("train")
+    mesh = gin.get_configurable("bertjax.make_mesh")()  # data/fsdp/model from meshes/*.gin
     gin_utils.check_all_read(ignore=("aot_compile",))  # TPU mesh files also bind the compiler
     exp.source.prepare(workdir)
-    model_vocab = getattr(getattr(exp.task.model, "config", None), "vocab_size", None)
-    if model_vocab is not None and exp.source.vocab_size > model_vocab:
-        raise gin_utils.ConfigError(
-            f"the vocabulary has {exp.source.vocab_size} tokens but the model's vocab_size is "
-            f"{model_vocab}: set {exp.task.name}_config.vocab_size >= {exp.source.vocab_size}"
-        )
-    return loop.run_training(
-        workdir,
-        exp.task,
-        exp.source,
-        exp.optimizer,
-        mesh,
-        exp.batch_size,
-        exp.num_steps,
-        exp.seq_phases,
-        exp.accum_steps,
-        exp.seed,
-        exp.log_every,
-        exp.checkpoint_every,
-        exp.keep_checkpoints,
-        show_progress,
-    )
+    return loop.run(exp, workdir, mesh, show_progress), exp.objective
 
 
-def summarize(summary: dict[str, Any], workdir: pathlib.Path, seconds: float) -> str:
-    """A few lines a person reads at the end of a run."""
-    keys = ("loss", "mlm_accuracy", "nsp_accuracy", "tokens_per_second")
-    scalars = {k: round(summary[k], 4) for k in keys if k in summary}
+def summarize(result: loop.RunResult, objective: Objective, workdir: pathlib.Path,
+              seconds: float) -> str:
+    """A few lines a person reads at the end of a run: the objective's own metrics."""
+    keys = [key for key, _ in objective.progress] + ["tokens_per_second"]
+    scalars = {k: round(result.metrics[k], 4) for k in keys if k in result.metrics}
     lines = [
-        f"steps {summary['start_step']} -> {summary['step']} in {seconds:.1f}s",
+        f"steps {result.start_step} -> {result.step} in {seconds:.1f}s",
         f"final metrics: {json.dumps(scalars)}" if scalars else "no new steps (run complete)",
-        f"checkpoints: {summary['checkpoint_dir']}",
+        f"checkpoints: {result.checkpoint_dir}",
         f"tensorboard: {workdir / 'tensorboard'}   metrics: {workdir / 'metrics.jsonl'}",
     ]
     return "\n".join(lines)
@@ -114,11 +93,11 @@ def main() -> None:
     runner.announce_backend(PROGRAM)
     gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
     start = time.perf_counter()
-    summary = train(workdir, show_progress=FLAGS.progress)
+    result, objective = train(workdir, show_progress=FLAGS.progress)
     if jax.process_index() == 0:
-        if summary["step"] > summary["start_step"]:  # a run that trained records its config
+        if result.step > result.start_step:  # a run that trained records its config
             (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
-        print(summarize(summary, workdir, time.perf_counter() - start))
+        print(summarize(result, objective, workdir, time.perf_counter() - start))
 
 
 def run() -> None:

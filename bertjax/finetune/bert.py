@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from bertjax.models.bert import BertConfig, BertModel
-from bertjax.objectives.task import PretrainingTask
+from bertjax.objectives.objective import Objective
 
 Array = jax.Array
 
@@ -107,8 +107,8 @@ def _label_shapes(kind: str, batch_size: int, seq_length: int) -> dict[str, np.n
     }
 
 
-def finetune_task(config: BertConfig, kind: str, num_labels: int = 2) -> PretrainingTask:
-    """A task for the shared training loop: the head, its init, loss and batch shapes."""
+def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2) -> Objective:
+    """The head's objective for the shared training loop: init, loss and batch shapes."""
     model = BertHead(config, kind, num_labels)
 
     def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
@@ -137,7 +137,8 @@ def finetune_task(config: BertConfig, kind: str, num_labels: int = 2) -> Pretrai
 
     metric = "accuracy" if kind != "span" else "start_accuracy"
     progress = (("loss", "loss"), (metric, "acc"))
-    return PretrainingTask(f"bert_{kind}", model, init_variables, loss_fn, example_batch, progress)
+    return Objective(f"bert_{kind}", "bert", config, model, init_variables, loss_fn,
+                     example_batch, progress)
 
 
 def with_pretrained_encoder(params: Any, encoder_params: Any) -> Any:

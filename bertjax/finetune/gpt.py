@@ -12,12 +12,14 @@ The final block's activation h at each sequence's extract token feeds a linear l
 lm_coef is 0.5 in the paper; 0 is its ablation (then no LM logits are computed). The start,
 delimiter and extract tokens are three new rows of the (tied) token embedding table. The paper's
 recipe: lr 6.25e-5, batch 32, 3 epochs, warmup over 0.2% of training then linear decay, dropout
-0.1 on the classifier. Batches run through the sharded training loop (`build_trainer`).
+0.1 on the classifier. Fine-tuning runs in the shared training loop (training/loop.py).
 """
 
 import dataclasses
+import json
 import math
-from collections.abc import Iterator
+import os
+import pathlib
 from typing import Any
 
 import flax.linen as nn
@@ -26,11 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bertjax.data.arrays import ArraySource
 from bertjax.finetune.gpt_inputs import SpecialTokens, check_kind
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.objectives.lm import lm_loss
-from bertjax.objectives.task import PretrainingTask
-from bertjax.training.loop import build_trainer
+from bertjax.objectives.objective import Objective
+from bertjax.training import loop
+from bertjax.training.experiment import Experiment
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -136,10 +140,10 @@ def finetune_loss(params: Any, batch: dict[str, Array], rng: Array | None,
     return loss, {**metrics, "loss": loss}
 
 
-def finetune_task(config: GptConfig, ft: FinetuneConfig) -> PretrainingTask:
-    """The fine-tuning model and loss as a task for the sharded training loop.
+def gpt_finetuning(config: GptConfig, ft: FinetuneConfig) -> Objective:
+    """The fine-tuning model and loss as an objective for the shared training loop.
 
-    `config` is the pretrained LM's; the task's model has its vocabulary extended."""
+    `config` is the pretrained LM's; the objective's model has its vocabulary extended."""
     model = GptClassifier(extended_config(config), ft.kind, ft.num_classes,
                           ft.classifier_dropout)
 
@@ -158,8 +162,8 @@ def finetune_task(config: GptConfig, ft: FinetuneConfig) -> PretrainingTask:
                 "label": np.zeros((batch_size,), np.float32)}
 
     progress = (("loss", "loss"), ("accuracy", "acc"))
-    return PretrainingTask(f"gpt_{ft.kind}", model, init_variables, loss_fn, example_batch,
-                           progress)
+    return Objective(f"gpt_{ft.kind}", "gpt", extended_config(config), model, init_variables,
+                     loss_fn, example_batch, progress)
 
 
 def with_special_tokens(pretrained: Any, rng: Array, std: float = 0.02) -> Any:
@@ -175,16 +179,11 @@ def special_tokens(config: GptConfig) -> SpecialTokens:
     return SpecialTokens.after(config.vocab_size)
 
 
-def _epoch_batches(data: dict[str, np.ndarray], batch_size: int, rng: np.random.Generator
-                   ) -> Iterator[dict[str, np.ndarray]]:
-    order = rng.permutation(len(data["label"]))
-    for i in range(0, len(order) - batch_size + 1, batch_size):
-        yield {k: v[order[i:i + batch_size]] for k, v in data.items()}
-
-
 def finetune(config: GptConfig, pretrained: Any | None, train: dict[str, np.ndarray],
-             ft: FinetuneConfig, mesh: jax.sharding.Mesh | None = None) -> tuple[Any, list]:
-    """Fine-tune from `pretrained` GptLM params (None: from scratch) on encoded examples.
+             ft: FinetuneConfig, workdir: str | os.PathLike, mesh: jax.sharding.Mesh | None = None,
+             show_progress: bool = False) -> tuple[Any, list[dict[str, float]]]:
+    """Fine-tune from `pretrained` GptLM params (None: from scratch) on encoded examples, in
+    the shared training loop (checkpoints in `workdir`; re-running resumes).
 
     Returns the fine-tuned params and the per-step metrics."""
     n = len(train["label"])
@@ -194,23 +193,19 @@ def finetune(config: GptConfig, pretrained: Any | None, train: dict[str, np.ndar
     steps = ft.epochs * (n // ft.batch_size)
     tx = make_optimizer("adamw", ft.learning_rate, math.ceil(ft.warmup_fraction * steps), steps,
                         eps=1e-8, weight_decay=ft.weight_decay)
-    mesh = make_mesh() if mesh is None else mesh
-    task = finetune_task(config, ft)
-    example = {k: v[:ft.batch_size] for k, v in train.items()}
-    trainer = build_trainer(task, tx, mesh, example, seed=ft.seed)
-    state = trainer.init()
-    if pretrained is not None:
+    length = train["input_ids"].shape[-1]
+    exp = Experiment(gpt_finetuning(config, ft), ArraySource(train, seed=ft.seed), tx,
+                     ft.batch_size, steps, seq_phases=((1.0, length),), seed=ft.seed,
+                     log_every=1, checkpoint_every=steps)
+
+    def with_pretrained(params: Any) -> Any:
         key = jax.random.fold_in(jax.random.key(ft.seed), 1)
-        params = {**state.params, "gpt": with_special_tokens(pretrained, key)}
-        params = jax.device_put(params, trainer.state_shardings.params)
-        state = state.replace(params=params, opt_state=jax.jit(
-            tx.init, out_shardings=trainer.state_shardings.opt_state)(params))
-    history, rng = [], np.random.default_rng(ft.seed)
-    for _ in range(ft.epochs):
-        for batch in _epoch_batches(train, ft.batch_size, rng):
-            state, metrics = trainer.step(state, trainer.device_batch(batch))
-            history.append({k: float(v) for k, v in jax.device_get(metrics).items()})
-    return jax.device_get(state.params), history
+        return {**params, "gpt": with_special_tokens(pretrained, key)}
+
+    result = loop.run(exp, workdir, make_mesh() if mesh is None else mesh, show_progress,
+                      with_pretrained if pretrained is not None else None)
+    lines = (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()
+    return jax.device_get(result.state.params), [json.loads(line) for line in lines]
 
 
 def predict(config: GptConfig, params: Any, data: dict[str, np.ndarray], ft: FinetuneConfig,

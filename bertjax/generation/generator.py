@@ -21,10 +21,11 @@ import numpy as np
 
 from bertjax.data.bpe import END_OF_TEXT, ByteLevelBPE
 from bertjax.generation import scoring
-from bertjax.generation.checkpoint import load_gpt
 from bertjax.generation.decode import check_fits, generate_ids, left_pad
 from bertjax.generation.sampling import GenerationError, Sampling
-from bertjax.models.gpt import GptConfig, GptLM
+from bertjax.models.gpt import GptConfig, GptLM, abstract_params
+from bertjax.training.checkpoint import TrainedModel, load_trained
+from bertjax.training.workdir import tokenizer_file
 
 PROMPT_BUCKET = 32  # prompts are left-padded to a multiple of this: fewer recompilations
 
@@ -51,13 +52,13 @@ class Generator:
                         merges: str | None = None, dtype: str | None = None) -> Generator:
         """The newest checkpoint of a GPT workdir (or the one named), with the run's tokenizer
         or the given vocab.json + merges.txt (which must fit the run's vocabulary)."""
-        ckpt = load_gpt(path, dtype=dtype)
-        info = ckpt.record.get("tokenizer", {})
         if (vocab is None) != (merges is None):
             raise GenerationError("pass both --vocab and --merges, or neither to use the run's")
+        ckpt = load_gpt(path, dtype=dtype)
+        info = ckpt.record.get("tokenizer", {})
         if vocab is None:
-            vocab = str(ckpt.workdir / info.get("vocab", "vocab.json"))
-            merges = str(ckpt.workdir / info.get("merges", "merges.txt"))
+            vocab = str(tokenizer_file(ckpt.workdir, ckpt.record, "vocab"))
+            merges = str(tokenizer_file(ckpt.workdir, ckpt.record, "merges"))
         tokenizer = ByteLevelBPE.from_files(vocab, merges)
         trained = info.get("vocab_size")
         if trained is not None and tokenizer.vocab_size != trained:
@@ -130,6 +131,14 @@ class Generator:
         ctx = self.tokenizer.encode(context)
         cands = [self.tokenizer.encode(c) for c in candidates]
         return scoring.continuation_logprobs(self.model, self.params, ctx, cands).sum(-1)
+
+
+def load_gpt(path: str | os.PathLike, tool: str = "bertjax-generate",
+             dtype: str | None = None) -> TrainedModel:
+    """The parameters of a GPT workdir's newest (or named) checkpoint, for inference: no
+    rematerialisation, and optionally another compute dtype."""
+    overrides = {"remat": False, **({"dtype": dtype} if dtype else {})}
+    return load_trained(path, "gpt", tool, abstract_params, **overrides)
 
 
 def _cut(text: str, stop: Sequence[str]) -> str:

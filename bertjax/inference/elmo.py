@@ -20,46 +20,24 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 
 from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
 from bertjax.data.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
-from bertjax.models.elmo import FAMILY, ElmoBiLM, ElmoConfig, layer_representations
-from bertjax.models.record import expect_family
+from bertjax.models.elmo import (
+    FAMILY,
+    ElmoBiLM,
+    ElmoConfig,
+    abstract_params,
+    layer_representations,
+)
+from bertjax.training.checkpoint import load_trained
+from bertjax.training.workdir import tokenizer_file
 
 Sentence = str | Sequence[str]
 
 
 class EmbedError(ValueError):
     """Inputs, checkpoints or vocabularies that cannot be embedded with; one actionable line."""
-
-
-def _checkpoint_step_dir(path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
-    """(workdir, WORKDIR/checkpoints/STEP) from a workdir or a step directory."""
-    if (path / "state").is_dir() and path.parent.name == "checkpoints":
-        return path.parent.parent, path
-    steps = sorted((int(p.name), p) for p in (path / "checkpoints").glob("*") if p.name.isdigit()
-                   and (p / "state").is_dir())
-    if not steps:
-        raise EmbedError(f"{path} has no checkpoints (checkpoints/STEP/state): pass the --workdir "
-                         "of a bertjax-train run that saved one, or a checkpoint step directory")
-    return path, steps[-1][1]
-
-
-def restore_params(step_dir: pathlib.Path, abstract_params: Any) -> Any:
-    """The `params` of a saved TrainState (optimizer state and the rest are not read)."""
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = {"params": jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), abstract_params)}
-    args = ocp.args.PyTreeRestore(
-        abstract, restore_args=ocp.checkpoint_utils.construct_restore_args(abstract),
-        partial_restore=True)
-    try:
-        return ocp.PyTreeCheckpointer().restore(step_dir / "state", args=args)["params"]
-    except (ValueError, KeyError, TypeError, FileNotFoundError) as err:
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else repr(err)
-        raise EmbedError(f"{step_dir} does not hold the parameters model.json describes "
-                         f"({first}): embed with the workdir it was trained in") from err
 
 
 def _check_vocab(vocab: ElmoVocabulary, config: ElmoConfig, expected: Sequence[str] | None
@@ -103,17 +81,9 @@ class ElmoEmbedder:
         if not path.exists():
             raise EmbedError(f"checkpoint {path} does not exist: pass --checkpoint=WORKDIR of an "
                              "ELMo bertjax-train run")
-        workdir, step_dir = _checkpoint_step_dir(path)
-        record = expect_family(workdir, FAMILY, "bertjax-embed")
-        config = ElmoConfig.from_dict(record["config"])
-        model = ElmoBiLM(config)
-        example = (jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2, config.max_chars), jnp.int32),
-                   jnp.array([2]))
-        boxed = jax.eval_shape(lambda: model.init(jax.random.key(0), *example)["params"])
-        params = restore_params(step_dir, jax.tree.map(
-            lambda x: getattr(x, "value", x), boxed,
-            is_leaf=lambda x: hasattr(x, "value")))
-        run_vocab = pathlib.Path(record["vocab"])
+        trained = load_trained(path, FAMILY, "bertjax-embed", abstract_params)
+        config, params = trained.config, trained.params
+        run_vocab = tokenizer_file(trained.workdir, trained.record, "vocab")
         expected = ElmoVocabulary(run_vocab).tokens if run_vocab.is_file() else None
         vocabulary = None
         if vocab is not None:
@@ -121,7 +91,8 @@ class ElmoEmbedder:
             _check_vocab(vocabulary, config, expected)
         elif expected is not None:
             vocabulary = ElmoVocabulary(run_vocab)
-        return cls(config, params, vocabulary, record.get("tokenizer", "whitespace"), batch_size)
+        word_tokenizer = trained.record["tokenizer"].get("word_tokenizer", "whitespace")
+        return cls(config, params, vocabulary, word_tokenizer, batch_size)
 
     @classmethod
     def from_hdf5(cls, options: str | pathlib.Path, weights: str | pathlib.Path,

@@ -224,6 +224,13 @@ class ElmoBiLM(nn.Module):
         return self.softmax_kernel, self.softmax_bias
 
 
+def abstract_params(config: ElmoConfig) -> Any:
+    """The biLM's parameter tree as shapes and dtypes (nothing is initialised)."""
+    ids = jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2, config.max_chars), jnp.int32)
+    init = lambda: ElmoBiLM(config).init(jax.random.key(0), *ids, jnp.array([2]))  # noqa: E731
+    return nn.unbox(jax.eval_shape(init)["params"])
+
+
 def zero_carry(config: ElmoConfig, batch_size: int) -> dict[str, Any]:
     """The initial LSTM state of a stream: zeros, batch first (so it shards like a batch)."""
     L, H, P = config.num_layers, config.cell_size, config.proj_size

@@ -169,8 +169,12 @@ def init_cache(model: GptLM, batch_size: int, cache_length: int) -> Any:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
+def abstract_params(config: GptConfig) -> Any:
+    """The LM's parameter tree as shapes and dtypes (nothing is initialised)."""
+    ids = jnp.zeros((1, 1), jnp.int32)
+    return nn.unbox(jax.eval_shape(lambda: GptLM(config).init(jax.random.key(0), ids))["params"])
+
+
 def count_params(config: GptConfig) -> int:
     """Number of parameters of the LM (shapes only: nothing is initialised)."""
-    ids = jnp.zeros((1, 1), jnp.int32)
-    shapes = jax.eval_shape(lambda: GptLM(config).init(jax.random.key(0), ids))["params"]
-    return sum(x.size for x in jax.tree.leaves(nn.unbox(shapes)))
+    return sum(x.size for x in jax.tree.leaves(abstract_params(config)))

@@ -15,7 +15,6 @@ batch) for large vocabularies; evaluation (rng None) always uses the full softma
 perplexities are exact while the training ones of a sampled run are of the sampled loss.
 """
 
-import dataclasses
 from typing import Any
 
 import jax
@@ -24,20 +23,12 @@ import numpy as np
 import optax
 
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, zero_carry
+from bertjax.objectives.objective import Carry, Objective
 from bertjax.objectives.sampled_softmax import sampled_softmax_xent
-from bertjax.objectives.task import PretrainingTask
 
 Array = jax.Array
 MODES = ("sentence", "stream")
 SOFTMAXES = ("full", "sampled")
-
-
-@dataclasses.dataclass(frozen=True)
-class BilmTask(PretrainingTask):
-    """A PretrainingTask that says whether it carries LSTM state between steps."""
-
-    config: ElmoConfig | None = None
-    stateful: bool = False  # True: run by bertjax.training.bptt (state carried across steps)
 
 
 def _sentence_tops(module: ElmoBiLM, batch: dict[str, Array], deterministic: bool) -> tuple:
@@ -101,8 +92,8 @@ def bilm_loss(
     rngs = None if deterministic else {"dropout": jax.random.fold_in(rng, 0)}
     stream = "carry_c" in batch
     if not stream and "lengths" not in batch:
-        raise ValueError("the batches are stream windows but elmo_pretraining_task.mode is "
-                         "'sentence': set elmo_pretraining_task.mode and elmo_source.mode alike")
+        raise ValueError("the batches are stream windows but elmo_pretraining.mode is "
+                         "'sentence': set elmo_pretraining.mode and elmo_source.mode alike")
     tops = _stream_tops if stream else _sentence_tops
     h_2xBxTxP, softmax, carry = model.apply(
         {"params": params}, batch, deterministic, method=tops, rngs=rngs
@@ -148,32 +139,42 @@ def example_batch_fn(config: ElmoConfig, mode: str) -> Any:
         if chars:
             batch["char_ids"] = ints(B, T, C)
             batch["reverse_char_ids"] = ints(B, T, C)
-        carry = zero_carry(config, B)
-        return {**batch, "carry_c": carry["c"], "carry_h": carry["h"]}
+        return batch
 
     return example_batch
 
 
-def elmo_pretraining_task(
+def lstm_state_carry(config: ElmoConfig) -> Carry:
+    """The LSTM state a stream-mode step leaves for the next window of each row."""
+
+    def zeros(batch_size: int) -> dict[str, np.ndarray]:
+        state = zero_carry(config, batch_size)
+        return {"carry_c": state["c"], "carry_h": state["h"]}
+
+    return Carry(zeros)
+
+
+def elmo_pretraining(
     config: ElmoConfig,
     mode: str = "sentence",
     softmax: str = "full",
     num_sampled: int = 8192,
     sampler_unique: bool = True,
-) -> BilmTask:
-    """ELMo's biLM task: `mode` "sentence" (padded sentences) or "stream" (truncated BPTT with
-    carried state); `softmax` "full" or "sampled" (`num_sampled` log-uniform negatives)."""
+) -> Objective:
+    """ELMo's biLM objective: `mode` "sentence" (padded sentences) or "stream" (truncated BPTT,
+    the LSTM state carried from step to step); `softmax` "full" or "sampled" (`num_sampled`
+    log-uniform negatives)."""
     if mode not in MODES:
-        raise ValueError(f"unknown ELMo data mode {mode!r}: set elmo_pretraining_task.mode to "
+        raise ValueError(f"unknown ELMo data mode {mode!r}: set elmo_pretraining.mode to "
                          "sentence or stream")
     if softmax not in SOFTMAXES:
-        raise ValueError(f"unknown softmax {softmax!r}: set elmo_pretraining_task.softmax to "
+        raise ValueError(f"unknown softmax {softmax!r}: set elmo_pretraining.softmax to "
                          "full or sampled")
     model = ElmoBiLM(config)
     sampled = num_sampled if softmax == "sampled" else 0
     if sampled and sampled >= config.vocab_size:
         raise ValueError(f"num_sampled={sampled} is not below the vocabulary size "
-                         f"{config.vocab_size}: lower elmo_pretraining_task.num_sampled or use "
+                         f"{config.vocab_size}: lower elmo_pretraining.num_sampled or use "
                          "softmax='full'")
 
     def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
@@ -186,6 +187,6 @@ def elmo_pretraining_task(
         return bilm_loss(params, batch, rng, model, sampled, sampler_unique)
 
     progress = (("loss", "loss"), ("forward_ppl", "fwd_ppl"), ("backward_ppl", "bwd_ppl"))
-    return BilmTask(name="elmo", model=model, init_variables=init_variables, loss_fn=loss_fn,
-                    example_batch=example_batch_fn(config, mode), progress=progress,
-                    config=config, stateful=mode == "stream")
+    carry = lstm_state_carry(config) if mode == "stream" else None
+    return Objective("elmo_pretraining", "elmo", config, model, init_variables, loss_fn,
+                     example_batch_fn(config, mode), progress, carry)

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 
 from bertjax.models.gpt import GptConfig, GptLM
-from bertjax.objectives.task import PretrainingTask
+from bertjax.objectives.objective import Objective
 
 Array = jax.Array
 
@@ -67,7 +67,7 @@ def example_lm_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
     }
 
 
-def gpt_pretraining_task(config: GptConfig) -> PretrainingTask:
+def gpt_pretraining(config: GptConfig) -> Objective:
     """GPT / GPT-2 next-token pretraining for the training loop."""
     model = GptLM(config)
 
@@ -78,4 +78,5 @@ def gpt_pretraining_task(config: GptConfig) -> PretrainingTask:
         return gpt_lm_loss(params, batch, rng, model.apply)
 
     progress = (("loss", "loss"), ("perplexity", "ppl"), ("lm_accuracy", "acc"))
-    return PretrainingTask("gpt", model, init_variables, loss_fn, example_lm_batch, progress)
+    return Objective("gpt_pretraining", "gpt", config, model, init_variables, loss_fn,
+                     example_lm_batch, progress)

@@ -10,7 +10,7 @@ import numpy as np
 from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.objectives.mlm import mlm_loss
 from bertjax.objectives.nsp import nsp_loss
-from bertjax.objectives.task import PretrainingTask
+from bertjax.objectives.objective import Objective
 
 Array = jax.Array
 
@@ -42,8 +42,8 @@ def bert_pretraining_loss(
     return loss, {**metrics, "loss": loss}
 
 
-def bert_pretraining_task(config: BertConfig, use_nsp: bool = True) -> PretrainingTask:
-    """BERT's MLM (+ NSP) pretraining task for the training loop."""
+def bert_pretraining(config: BertConfig, use_nsp: bool = True) -> Objective:
+    """BERT's MLM (+ NSP) pretraining objective for the training loop."""
     model = BertForPreTraining(config)
 
     def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
@@ -74,4 +74,5 @@ def bert_pretraining_task(config: BertConfig, use_nsp: bool = True) -> Pretraini
     progress = (("loss", "loss"), ("mlm_accuracy", "mlm_acc"))
     if use_nsp:
         progress += (("nsp_accuracy", "nsp_acc"),)
-    return PretrainingTask("bert", model, init_variables, loss_fn, example_batch, progress)
+    return Objective("bert_pretraining", "bert", config, model, init_variables, loss_fn,
+                     example_batch, progress)

@@ -20,13 +20,12 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import numpy as np
 import optax
 from jax.experimental import topologies
 from jax.sharding import Mesh
 
 from bertjax.layers.partitioning import DEFAULT_RULES
-from bertjax.objectives.task import PretrainingTask
+from bertjax.objectives.objective import Objective
 from bertjax.training import mesh as mesh_lib
 from bertjax.training.loop import Trainer, build_trainer, phase_plan
 
@@ -35,6 +34,15 @@ GiB = 2**30
 
 class AotError(ValueError):
     """A topology, accelerator or configuration that cannot be compiled for."""
+
+
+@dataclasses.dataclass
+class CompileTarget:
+    """The TPU slice `bertjax-compile` compiles for (gin: aot_compile, bound by the
+    configs/meshes/tpu_*.gin files that `bertjax-train` reads too)."""
+
+    topology: str = ""  # libtpu's name, e.g. 'v3:4x4' for a v3-32
+    hbm_bytes_per_device: int | None = None  # None: the device's own (16 GiB on TPU v3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,9 +114,10 @@ def accelerator_of(devices: Sequence[Any]) -> Accelerator:
     return ACCELERATORS[kind]
 
 
-def batch_spec(task: PretrainingTask, batch_size: int, seq_length: int) -> dict[str, tuple]:
-    """{feature: (shape, dtype)} of the task's batch, as its data pipeline yields it."""
-    return {k: (v.shape, v.dtype) for k, v in task.example_batch(batch_size, seq_length).items()}
+def batch_spec(objective: Objective, batch_size: int, seq_length: int) -> dict[str, tuple]:
+    """{feature: (shape, dtype)} of the objective's batch, as its data pipeline yields it."""
+    example = objective.example_batch(batch_size, seq_length)
+    return {k: (v.shape, v.dtype) for k, v in example.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +208,8 @@ def required_bytes(message: str) -> int | None:
 
 
 def lower_train_step(trainer: Trainer, spec: dict[str, tuple]) -> jax.stages.Lowered:
-    """Lower the trainer's jitted step for abstract state and batch, in the trainer's contexts."""
+    """Lower the step the training loop runs (state, carried state included, and batch
+    abstract), in the trainer's mesh and rules."""
     sharding = mesh_lib.batch_sharding(trainer.mesh)
     batch = {k: jax.ShapeDtypeStruct(s, d, sharding=sharding) for k, (s, d) in spec.items()}
     with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(trainer.rules):
@@ -207,7 +217,7 @@ def lower_train_step(trainer: Trainer, spec: dict[str, tuple]) -> jax.stages.Low
 
 
 def lower_phase(
-    task: PretrainingTask,
+    objective: Objective,
     tx: optax.GradientTransformation,
     mesh: Mesh,
     batch_size: int,
@@ -217,10 +227,9 @@ def lower_phase(
     rules: Sequence = DEFAULT_RULES,
 ) -> tuple[jax.stages.Lowered, int]:
     """(the train step lowered at one sequence length, its parameter count)."""
-    spec = batch_spec(task, batch_size, seq_length)
-    example = {k: np.zeros((1, *s[1:]), d) for k, (s, d) in spec.items()}  # init reads row 0
-    trainer = build_trainer(task, tx, mesh, example, seed, accum_steps, rules)
+    trainer = build_trainer(objective, tx, mesh, batch_size, seq_length, seed, accum_steps, rules)
     num_params = sum(x.size for x in jax.tree.leaves(trainer.abstract_state.params))
+    spec = batch_spec(objective, batch_size, seq_length)
     return lower_train_step(trainer, spec), num_params
 
 
@@ -260,7 +269,7 @@ def compile_and_measure(lowered: jax.stages.Lowered, accel: Accelerator) -> dict
 
 
 def compile_phases(
-    task: PretrainingTask,
+    objective: Objective,
     tx: optax.GradientTransformation,
     mesh: Mesh,
     batch_size: int,
@@ -272,7 +281,7 @@ def compile_phases(
     rules: Sequence = DEFAULT_RULES,
     jobs: int = 1,
 ) -> list[PhaseReport]:
-    """One report per sequence-length phase, with batches shaped by `task.example_batch`.
+    """One report per sequence-length phase, with batches shaped by `objective.example_batch`.
 
     Phases are lowered one after another, then compiled `jobs` at a time: the TPU compiler runs
     outside the GIL and dominates the time, but each BERT-large compile holds ~8 GB of RAM.
@@ -281,7 +290,7 @@ def compile_phases(
     accel = accelerator_of(list(mesh.devices.flat))
     plan = phase_plan(num_steps, seq_phases)
     lowered = [
-        lower_phase(task, tx, mesh, batch_size, length, seed, accum_steps, rules)
+        lower_phase(objective, tx, mesh, batch_size, length, seed, accum_steps, rules)
         for _, length in plan
     ]
     with concurrent.futures.ThreadPoolExecutor(max(1, min(jobs, len(plan)))) as pool:

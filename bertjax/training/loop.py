@@ -1,4 +1,14 @@
-"""The training loop: the one place that jits. Builds sharded state, restores, trains, saves."""
+"""The training loop, the one place that jits: every family, pretraining and fine-tuning.
+
+    run(experiment, workdir, mesh)
+      checks (batch over the mesh, the workdir's family, vocabulary, the data's features)
+      per sequence-length phase: build_trainer -> restore or init -> steps -> checkpoints
+
+A step is `(state, batch) -> (state, metrics)`, jitted once per phase with in/out shardings
+and the state donated. State an objective carries from step to step (ELMo's LSTM state in
+stream mode) lives in the train state, so it is sharded like the batch, saved in every
+checkpoint, and part of the very step `bertjax-compile` lowers.
+"""
 
 import dataclasses
 import logging
@@ -6,7 +16,7 @@ import pathlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -15,9 +25,11 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bertjax.layers.partitioning import DEFAULT_RULES
-from bertjax.objectives.task import PretrainingTask
+from bertjax.objectives.objective import Objective
 from bertjax.training import mesh as mesh_lib
+from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import Checkpointer, abstract_like
+from bertjax.training.experiment import Experiment
 from bertjax.training.metrics import MetricWriter
 from bertjax.training.progress import ProgressBar
 from bertjax.training.state import TrainState, create_state
@@ -26,17 +38,24 @@ from bertjax.training.step import eval_step, train_step
 Batch = dict[str, np.ndarray]
 
 
-class BatchSource(Protocol):
-    """Yields this process's share of global batches, resumable at an example index."""
+class RunError(ValueError):
+    """An experiment that cannot run as configured; the message names the setting to fix."""
 
-    def batches(self, start_index: int, seq_length: int, batch_size: int) -> Iterator[Batch]: ...
 
-    def save(self, workdir: str | pathlib.Path) -> None: ...
+@dataclasses.dataclass
+class RunResult:
+    """How a run ended: its last logged metrics, the steps it covered, its final state."""
+
+    metrics: dict[str, float]
+    start_step: int
+    step: int
+    checkpoint_dir: str
+    state: TrainState | None
 
 
 @dataclasses.dataclass
 class Trainer:
-    """Jitted, sharded init/step/eval functions for one task on one mesh."""
+    """Jitted, sharded init / step / eval functions for one objective, mesh and batch size."""
 
     mesh: Mesh
     rules: Sequence
@@ -45,6 +64,7 @@ class Trainer:
     init: Callable[[], TrainState]
     step: Callable[[TrainState, Any], tuple[TrainState, dict]]
     evaluate: Callable[[TrainState, Any], dict]
+    reset_carry: Callable[[TrainState], TrainState]
 
     def device_batch(self, batch: Batch) -> Any:
         """Assemble the global batch from this process's rows, split over data and fsdp."""
@@ -61,22 +81,36 @@ def _shard_like_params(tree: Any, params: Any, param_shardings: Any, replicated:
     )
 
 
+def _in_context(fn: Callable, mesh: Mesh, rules: Sequence) -> Callable:
+    def wrapped(*args: Any) -> Any:
+        with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+            return fn(*args)
+
+    wrapped.jitted = fn  # for lowering / ahead-of-time compilation
+    return wrapped
+
+
 def build_trainer(
-    task: PretrainingTask,
+    objective: Objective,
     tx: optax.GradientTransformation,
     mesh: Mesh,
-    example_batch: Batch,
+    batch_size: int,
+    seq_length: int,
     seed: int = 0,
     accum_steps: int = 1,
     rules: Sequence = DEFAULT_RULES,
 ) -> Trainer:
-    """Shardings from logical axis names, then one jit each for init, train step and eval."""
+    """Shardings from logical axis names, then one jit each for init, step, eval and the
+    carry reset. `batch_size` is global (it shapes the carried state, if any)."""
     replicated = NamedSharding(mesh, PartitionSpec())
     batch_sharding = mesh_lib.batch_sharding(mesh)
-    init_batch = {k: v[:1] for k, v in example_batch.items()}
+    init_batch = objective.example_batch(1, seq_length)
 
     def init_boxed_params(rng: jax.Array) -> Any:
-        return task.init_variables(rng, init_batch)["params"]
+        return objective.init_variables(rng, init_batch)["params"]
+
+    def zero_carry() -> dict[str, jax.Array]:
+        return objective.carry.zeros(batch_size) if objective.carry else {}
 
     # Shapes and logical names come from an abstract init outside any mesh context.
     boxed = jax.eval_shape(init_boxed_params, jax.random.key(seed))
@@ -88,43 +122,33 @@ def build_trainer(
         params=param_shardings,
         opt_state=_shard_like_params(abstract_opt, abstract_params, param_shardings, replicated),
         rng=replicated,
+        carry={key: batch_sharding for key in zero_carry()},
     )
 
     def init_state() -> TrainState:
         params = nn.unbox(init_boxed_params(jax.random.key(seed)))
-        return create_state(params, tx, seed)
+        return create_state(params, tx, seed, zero_carry())
 
     abstract_state = abstract_like(jax.eval_shape(init_state), state_shardings)
     step_fn = jax.jit(
-        partial(train_step, loss_fn=task.loss_fn, tx=tx, accum_steps=accum_steps),
+        partial(train_step, loss_fn=objective.loss_fn, tx=tx, accum_steps=accum_steps),
         in_shardings=(state_shardings, batch_sharding),
         out_shardings=(state_shardings, replicated),
         donate_argnums=0,
     )
     eval_fn = jax.jit(
-        partial(eval_step, loss_fn=task.loss_fn),
+        partial(eval_step, loss_fn=objective.loss_fn),
         in_shardings=(state_shardings, batch_sharding),
         out_shardings=replicated,
     )
-    init_fn = jax.jit(init_state, out_shardings=state_shardings)
-
-    def in_context(fn: Callable) -> Callable:
-        def wrapped(*args: Any) -> Any:
-            with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-                return fn(*args)
-
-        wrapped.jitted = fn  # for lowering / ahead-of-time compilation
-        return wrapped
-
-    return Trainer(
-        mesh,
-        rules,
-        state_shardings,
-        abstract_state,
-        in_context(init_fn),
-        in_context(step_fn),
-        in_context(eval_fn),
+    reset_fn = jax.jit(
+        lambda state: state.replace(carry=zero_carry()),
+        in_shardings=(state_shardings,), out_shardings=state_shardings, donate_argnums=0,
     )
+    init_fn = jax.jit(init_state, out_shardings=state_shardings)
+    wrap = partial(_in_context, mesh=mesh, rules=rules)
+    return Trainer(mesh, rules, state_shardings, abstract_state, wrap(init_fn), wrap(step_fn),
+                   wrap(eval_fn), wrap(reset_fn))
 
 
 def phase_plan(num_steps: int, seq_phases: Sequence[tuple[float, int]]) -> list[tuple[int, int]]:
@@ -136,129 +160,140 @@ def phase_plan(num_steps: int, seq_phases: Sequence[tuple[float, int]]) -> list[
     return plan
 
 
-def run_training(
-    workdir: str | pathlib.Path,
-    task: PretrainingTask,
-    source: BatchSource,
-    tx: optax.GradientTransformation,
-    mesh: Mesh,
-    batch_size: int,
-    num_steps: int,
-    seq_phases: Sequence[tuple[float, int]] = ((1.0, 128),),
-    accum_steps: int = 1,
-    seed: int = 0,
-    log_every: int = 10,
-    checkpoint_every: int = 500,
-    keep_checkpoints: int = 3,
-    show_progress: bool = True,
-) -> dict[str, Any]:
-    """Train `task` to `num_steps`, resuming from the newest checkpoint in `workdir`."""
-    if getattr(task, "stateful", False):  # LSTM state carried across steps: see training/bptt
-        from bertjax.training import bptt
+# ---------------------------------------------------------------- checks before anything runs
 
-        return bptt.run_training(
-            workdir,
-            task,
-            source,
-            tx,
-            mesh,
-            batch_size,
-            num_steps,
-            seq_phases,
-            accum_steps,
-            seed,
-            log_every,
-            checkpoint_every,
-            keep_checkpoints,
-            show_progress,
+
+def _check_features(exp: Experiment, seq_length: int) -> None:
+    """The data gives every feature the objective reads, with its dtype and rank."""
+    wanted = exp.objective.example_batch(1, seq_length)
+    given = exp.source.feature_spec(seq_length, exp.batch_size)
+    setting = getattr(exp.source, "setting", "the data source")
+    for name, array in wanted.items():
+        if name not in given:
+            raise RunError(
+                f"{exp.objective.name} reads feature {name!r} but {setting} gives "
+                f"{', '.join(sorted(given))}: configure the source and the objective for the same "
+                "data (e.g. the same mode)"
+            )
+        shape, dtype = given[name]
+        if np.dtype(dtype) != array.dtype or len(shape) != array.ndim - 1:
+            raise RunError(
+                f"feature {name!r}: {setting} gives {np.dtype(dtype).name} of shape {tuple(shape)}"
+                f" but {exp.objective.name} reads {array.dtype.name} of rank {array.ndim - 1}: "
+                "configure the source and the objective for the same data"
+            )
+
+
+def check_run(exp: Experiment, mesh: Mesh, workdir: pathlib.Path) -> None:
+    """Everything that can be refused before the workdir changes, one line each."""
+    mesh_lib.check_batch(exp.batch_size, exp.accum_steps, mesh)
+    family = workdir_lib.recorded_family(workdir) if workdir.is_dir() else None
+    if family not in (None, exp.objective.family):
+        raise RunError(f"{workdir} holds a {family.upper()} run, not {exp.objective.family.upper()}"
+                       ": use a new --workdir")
+    model_vocab = getattr(exp.objective.config, "vocab_size", None)
+    if model_vocab is not None and exp.source.vocab_size > model_vocab:
+        raise RunError(
+            f"the vocabulary has {exp.source.vocab_size} tokens but the model's vocab_size is "
+            f"{model_vocab}: set {exp.objective.config_name}.vocab_size >= "
+            f"{exp.source.vocab_size}"
         )
-    mesh_lib.check_batch(batch_size, accum_steps, mesh)
-    workdir = pathlib.Path(workdir)
-    local_batch = batch_size // jax.process_count()
-    plan = phase_plan(num_steps, seq_phases)
+    for _, seq_length in phase_plan(exp.num_steps, exp.seq_phases):
+        _check_features(exp, seq_length)
 
-    checkpointer = Checkpointer(workdir, keep=keep_checkpoints)
+
+# ---------------------------------------------------------------- the run
+
+
+def run(
+    exp: Experiment,
+    workdir: str | pathlib.Path,
+    mesh: Mesh,
+    show_progress: bool = True,
+    initial_params: Callable[[Any], Any] | None = None,
+) -> RunResult:
+    """Train `exp` to its num_steps, resuming from the newest checkpoint in `workdir`.
+
+    The source must be prepared. `initial_params(params) -> params` changes the parameters of
+    a fresh run before its first step (a pretrained encoder for fine-tuning); a resumed run
+    takes its own.
+    """
+    workdir = pathlib.Path(workdir)
+    check_run(exp, mesh, workdir)
+    local_batch = exp.batch_size // jax.process_count()
+    checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints)
     writer = MetricWriter(workdir)
-    start_step, position, trainer, state = 0, {"phase": 0, "example_index": 0}, None, None
-    summary: dict[str, Any] = {}
+    state, start_step, summary = None, 0, {}
+    position = {"phase": 0, "example_index": 0}
     try:
-        for phase, (end_step, seq_length) in enumerate(plan):
-            batches = None
-            example = task.example_batch(local_batch, seq_length)
-            trainer = build_trainer(task, tx, mesh, example, seed, accum_steps)
+        for phase, (end_step, seq_length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
+            trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size,
+                                    seq_length, exp.seed, exp.accum_steps)
             if state is None:
-                state, position = _restore_or_init(trainer, checkpointer)
+                state, position = _restore_or_init(trainer, checkpointer, initial_params)
                 start_step = int(state.step)
-                source.save(workdir)  # tokenizer files and record, once the run can start
+                _record(exp, workdir)
             if int(state.step) >= end_step:
                 continue
-            index = position["example_index"] if position["phase"] == phase else 0
-            batches = source.batches(index, seq_length, local_batch)
-            state, index, summary = _train_phase(
-                trainer,
-                state,
-                batches,
-                end_step,
-                num_steps,
-                seq_length,
-                batch_size,
-                index,
-                phase,
-                checkpointer,
-                writer,
-                log_every,
-                checkpoint_every,
-                task,
-                show_progress,
+            if position["phase"] != phase:  # a new phase starts its stream (and carry) afresh
+                position = {"phase": phase, "example_index": 0}
+                state = trainer.reset_carry(state)
+            batches = exp.source.batches(position["example_index"], seq_length, local_batch)
+            state, position, summary = _train_phase(
+                exp, trainer, state, batches, position, end_step, seq_length, checkpointer,
+                writer, show_progress
             )
-            position = {"phase": phase, "example_index": index}
         if state is not None and int(state.step) > start_step:
             checkpointer.save(int(state.step), state, position, force=True)
     finally:
         checkpointer.close()
         writer.close()
-    return {
-        **summary,
-        "start_step": start_step,
-        "step": int(state.step) if state else 0,
-        "checkpoint_dir": str(checkpointer.directory),
-    }
+    step = int(state.step) if state is not None else 0
+    return RunResult(summary, start_step, step, str(checkpointer.directory), state)
 
 
-def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer) -> tuple[TrainState, dict]:
+def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
+                     initial_params: Callable[[Any], Any] | None) -> tuple[TrainState, dict]:
     latest = checkpointer.latest_step()
-    if latest is None:
-        return trainer.init(), {"phase": 0, "example_index": 0}
-    logging.info("resuming from %s/%d", checkpointer.directory, latest)
-    return checkpointer.restore(trainer.abstract_state, latest)
+    if latest is not None:
+        logging.info("resuming from %s/%d", checkpointer.directory, latest)
+        return checkpointer.restore(trainer.abstract_state, latest)
+    state = trainer.init()
+    if initial_params is not None:
+        params = jax.device_put(initial_params(state.params), trainer.state_shardings.params)
+        state = state.replace(params=params)
+    return state, {"phase": 0, "example_index": 0}
+
+
+def _record(exp: Experiment, workdir: pathlib.Path) -> None:
+    """The tokenizer files and model.json, once the run is sure to start (process 0)."""
+    tokenizer = exp.source.save(workdir) or {}
+    if jax.process_index() == 0:
+        workdir_lib.write_record(workdir, exp.objective.family, exp.objective.name,
+                                 exp.objective.config, tokenizer)
 
 
 def _train_phase(
+    exp: Experiment,
     trainer: Trainer,
     state: TrainState,
     batches: Iterator[Batch],
+    position: dict,
     end_step: int,
-    num_steps: int,
     seq_length: int,
-    batch_size: int,
-    index: int,
-    phase: int,
     checkpointer: Checkpointer,
     writer: MetricWriter,
-    log_every: int,
-    checkpoint_every: int,
-    task: PretrainingTask,
     show_progress: bool,
-) -> tuple[TrainState, int, dict]:
-    step = int(state.step)
-    progress = ProgressBar(num_steps, step, task.progress, enabled=show_progress)
-    tokens_per_step = batch_size * seq_length
+) -> tuple[TrainState, dict, dict]:
+    step, index = int(state.step), position["example_index"]
+    progress = ProgressBar(exp.num_steps, step, exp.objective.progress, enabled=show_progress)
+    tokens_per_step = exp.batch_size * seq_length
     last_time, last_step, scalars = time.perf_counter(), step, {}
     while step < end_step:
         state, metrics = trainer.step(state, trainer.device_batch(next(batches)))
-        step += 1
-        index += batch_size
-        if step % log_every == 0 or step == end_step:
+        step, index = step + 1, index + exp.batch_size
+        position = {"phase": position["phase"], "example_index": index}
+        if step % exp.log_every == 0 or step == end_step:
             now = time.perf_counter()
             scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
             scalars["tokens_per_second"] = tokens_per_step * (step - last_step) / (now - last_time)
@@ -268,7 +303,7 @@ def _train_phase(
             last_time, last_step = now, step
         else:
             progress.update(step, None)
-        if step % checkpoint_every == 0 and step < num_steps:
-            checkpointer.save(step, state, {"phase": phase, "example_index": index})
+        if step % exp.checkpoint_every == 0 and step < exp.num_steps:
+            checkpointer.save(step, state, position)
     progress.close()
-    return state, index, scalars
+    return state, position, scalars

@@ -9,19 +9,23 @@ import optax
 
 @flax.struct.dataclass
 class TrainState:
-    """step, parameters, optimizer state and the base RNG key (raw uint32 key data)."""
+    """step, parameters, optimizer state, the base RNG key (raw uint32 key data) and the
+    state a step hands to the next (`carry`: ELMo's LSTM state in stream mode, else empty)."""
 
     step: jax.Array
     params: Any
     opt_state: optax.OptState
     rng: jax.Array
+    carry: dict[str, jax.Array]
 
 
-def create_state(params: Any, tx: optax.GradientTransformation, seed: int) -> TrainState:
-    """Fresh state at step 0 for `params`."""
+def create_state(params: Any, tx: optax.GradientTransformation, seed: int,
+                 carry: dict[str, Any] | None = None) -> TrainState:
+    """Fresh state at step 0 for `params` (and the initial `carry`)."""
     return TrainState(
         step=jax.numpy.zeros((), jax.numpy.int32),
         params=params,
         opt_state=tx.init(params),
         rng=jax.random.key_data(jax.random.key(seed)),
+        carry=dict(carry or {}),
     )

@@ -57,9 +57,15 @@ def train_step(
     tx: optax.GradientTransformation,
     accum_steps: int = 1,
 ) -> tuple[TrainState, dict[str, Array]]:
-    """One optimizer step. Dropout key = fold_in(base key, step), so a resume replays exactly."""
+    """One optimizer step. Dropout key = fold_in(base key, step), so a resume replays exactly.
+
+    A carried state enters the loss inside the batch and leaves it in the metrics, under the
+    carry's keys (see objectives.objective.Carry); it never carries gradients back.
+    """
     rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
-    grads, metrics = _grads_and_metrics(loss_fn, state.params, batch, rng, accum_steps)
+    inputs = {**batch, **state.carry}
+    grads, metrics = _grads_and_metrics(loss_fn, state.params, inputs, rng, accum_steps)
+    carry = {key: metrics.pop(key) for key in state.carry}
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     # No update norm: reading `updates` after the in-place parameter update makes XLA copy
@@ -69,7 +75,9 @@ def train_step(
         "grad_norm": optax.tree.norm(grads),
         "param_norm": optax.tree.norm(params),
     }
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    new_state = state.replace(
+        step=state.step + 1, params=params, opt_state=opt_state, carry=carry
+    )
     return new_state, metrics
 
 

@@ -90,8 +90,7 @@ def test_bad_settings_give_one_line(workdir, capsys, args, match):
 
 def test_a_bert_checkpoint_is_refused(tmp_path, capsys):
     (tmp_path / "checkpoints" / "10" / "state").mkdir(parents=True)
-    (tmp_path / "config.gin").write_text("bert_pretraining_task.config = @bert_config()\n"
-                                         "bert_config.size = 'tiny'\n")
+    (tmp_path / "model.json").write_text(json.dumps({"family": "bert", "config": {}}))
     code, _, errors = run_generate(capsys, f"--checkpoint={tmp_path}", "--prompt=x")
     assert code == 2 and len(errors) == 1
     assert "holds a BERT model, but bertjax-generate needs a GPT checkpoint" in errors[0]

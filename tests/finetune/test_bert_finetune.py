@@ -12,9 +12,9 @@ from bertjax.convert.hf_bert import load_hf_bert
 from bertjax.data.wordpiece import WordPieceVocabulary
 from bertjax.finetune.bert import (
     FeatureSpec,
+    bert_finetuning,
     best_spans,
     extract_features,
-    finetune_task,
     with_pretrained_encoder,
 )
 from bertjax.models.bert import BertModel
@@ -65,10 +65,9 @@ def stack(rows):
 
 def fine_tune(pretrained, kind, train_rows, num_labels=2, steps=60, lr=5e-5):
     config, encoder = pretrained
-    task = finetune_task(config, kind, num_labels)
+    task = bert_finetuning(config, kind, num_labels)
     tx = make_optimizer(learning_rate=lr, warmup_steps=6, total_steps=steps, clip_norm=1.0)
-    batch = stack(train_rows[:16])
-    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), batch)
+    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 16, SEQ)
     state = trainer.init()
     state = state.replace(params=with_pretrained_encoder(state.params, encoder))
     rng = np.random.default_rng(0)

@@ -13,8 +13,9 @@ from bertjax.data.elmo_pipeline import ElmoSource
 from bertjax.data.elmo_vocab import sentence_char_ids
 from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.elmo import ElmoBiLM, elmo_config, zero_carry
-from bertjax.objectives.bilm import elmo_pretraining_task
-from bertjax.training.loop import run_training
+from bertjax.objectives.bilm import elmo_pretraining
+from bertjax.training.experiment import Experiment
+from bertjax.training.loop import build_trainer, run
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -86,10 +87,8 @@ def test_stream_carry_equals_one_long_window():
 @pytest.mark.slow
 def test_sharded_train_step_matches_one_device():
     """Data- and model-parallel (cells split over 'model'): same loss and update as 1 device."""
-    from bertjax.training.loop import build_trainer
-
     config = elmo_config("tiny", **SMALL, dropout_rate=0.0)
-    task = elmo_pretraining_task(config)
+    task = elmo_pretraining(config)
     rng = np.random.default_rng(0)
     batch = {"token_ids": rng.integers(0, 64, (4, 6)).astype(np.int32),
              "lengths": np.array([6, 3, 5, 2], np.int32),
@@ -98,7 +97,7 @@ def test_sharded_train_step_matches_one_device():
     results = []
     for mesh in (make_mesh(devices=jax.devices()[:1]), make_mesh(data=2, model=2,
                                                                 devices=jax.devices()[:4])):
-        trainer = build_trainer(task, tx, mesh, batch)
+        trainer = build_trainer(task, tx, mesh, 4, 6)
         state, metrics = trainer.step(trainer.init(), trainer.device_batch(batch))
         results.append((float(metrics["loss"]), jax.device_get(state.params)))
     assert abs(results[0][0] - results[1][0]) < 1e-5
@@ -144,23 +143,22 @@ def trained(wikitext_valid, tmp_path_factory):
     directory = tmp_path_factory.mktemp("elmo_wikitext")
     train, held_out = split_corpus(wikitext_valid, directory)
     config = elmo_config("tiny", vocab_size=2048, dropout_rate=0.0)
-    source = ElmoSource(config, corpus=train, corpus_format="plain", tokenizer="whitespace")
+    source = ElmoSource(corpus=train, corpus_format="plain", tokenizer="whitespace",
+                        vocab_size=config.vocab_size, max_chars=config.max_chars)
     workdir = directory / "run"
     source.prepare(workdir)
-    source.save(workdir)
-    task = elmo_pretraining_task(config)
-    eval_source = ElmoSource(config, corpus=held_out, corpus_format="plain",
-                             tokenizer="whitespace", vocab=str(workdir / "elmo_vocab.txt"))
-    eval_source.prepare(directory / "eval")
-    batch = next(iter(eval_source.batches(0, LENGTH, 2)))
-    init = jax.tree.map(lambda x: getattr(x, "value", x),
-                        task.init_variables(jax.random.key(0), batch)["params"],
-                        is_leaf=lambda x: hasattr(x, "value"))
-    before = held_out_perplexities(task, init, eval_source)
+    task = elmo_pretraining(config)
     tx = make_optimizer(learning_rate=3e-3, warmup_steps=10, total_steps=STEPS, weight_decay=0.0)
+    exp = Experiment(task, source, tx, BATCH, STEPS, ((1.0, LENGTH),), log_every=STEPS // 3,
+                     checkpoint_every=10 * STEPS)
     mesh = make_mesh(devices=jax.devices()[:1])
-    run_training(workdir, task, source, tx, mesh, BATCH, STEPS, ((1.0, LENGTH),),
-                 log_every=STEPS // 3, checkpoint_every=10 * STEPS, show_progress=False)
+    init_state = build_trainer(task, tx, mesh, BATCH, LENGTH).init()
+    init = jax.device_get(init_state.params)
+    run(exp, workdir, mesh, show_progress=False)
+    eval_source = ElmoSource(corpus=held_out, corpus_format="plain", tokenizer="whitespace",
+                             vocab=str(workdir / "elmo_vocab.txt"), max_chars=config.max_chars)
+    eval_source.prepare(directory / "eval")
+    before = held_out_perplexities(task, init, eval_source)
     embedder = ElmoEmbedder.from_workdir(workdir)
     after = held_out_perplexities(task, embedder.params, eval_source)
     random = ElmoEmbedder(config, init, embedder.vocab, embedder.tokenizer)

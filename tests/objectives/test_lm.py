@@ -8,7 +8,7 @@ import pytest
 
 from bertjax.data.lm import LmPretrainingSource
 from bertjax.models.gpt import gpt_config
-from bertjax.objectives.lm import gpt_pretraining_task, lm_loss
+from bertjax.objectives.lm import gpt_pretraining, lm_loss
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
@@ -45,9 +45,9 @@ def test_tiny_gpt_validation_perplexity_falls_on_wikitext(wikitext_valid, tmp_pa
     valid.prepare(tmp_path / "run")  # the run's vocabulary, on held-out text
 
     steps, batch, length = 150, 32, 32
-    task = gpt_pretraining_task(config)
+    task = gpt_pretraining(config)
     tx = make_optimizer(learning_rate=3e-3, warmup_steps=20, total_steps=steps)
-    trainer = build_trainer(task, tx, make_mesh(), task.example_batch(batch, length))
+    trainer = build_trainer(task, tx, make_mesh(), batch, length)
     held_out = list(itertools.islice(valid.batches(0, length, batch), 4))
 
     def perplexity(state):

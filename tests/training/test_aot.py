@@ -26,9 +26,9 @@ TOO_BIG = ["bert_config.size = 'tiny'", "BATCH_SIZE = 262144", "train.seq_phases
 
 def test_batch_spec_follows_the_task():
     from bertjax.models.bert import bert_config
-    from bertjax.objectives.pretraining import bert_pretraining_task
+    from bertjax.objectives.pretraining import bert_pretraining
 
-    spec = aot.batch_spec(bert_pretraining_task(bert_config("tiny")), 256, 512)
+    spec = aot.batch_spec(bert_pretraining(bert_config("tiny")), 256, 512)
     assert spec["input_ids"] == ((256, 512), np.int32)
     assert spec["masked_lm_weights"] == ((256, 80), np.float32)  # the paper's 80 at 512
     assert spec["next_sentence_label"] == ((256,), np.int32)
@@ -148,3 +148,26 @@ def test_cli_reports_a_config_that_does_not_fit_in_one_line():
     assert last.startswith(
         "bertjax-compile: error: the train step at sequence length 512 does not fit"
     ), last
+
+
+@needs_libtpu
+def test_elmo_stream_experiment_lowers_the_step_that_carries_lstm_state():
+    """bertjax-compile lowers the step the loop runs: for ELMo's stream mode, the LSTM state
+    is an input and an output of the step, sharded like the batch."""
+    import gin
+
+    from bertjax.cli import gin_utils
+
+    gin.clear_config()
+    gin_utils.parse(["configs/experiments/elmo_original_tpu_v3_32.gin"], [])
+    exp = gin_utils.configured("train")
+    target = gin_utils.configured("aot_compile")
+    mesh = gin.get_configurable("bertjax.make_mesh")(devices=aot.topology_devices(target.topology))
+    lowered, _ = aot.lower_phase(exp.objective, exp.optimizer, mesh, exp.batch_size, 20)
+    state_in = lowered.args_info[0][0]
+    assert sorted(state_in.carry) == ["carry_c", "carry_h"]
+    assert state_in.carry["carry_c"].shape == (384, 2, 2, 4096)  # [batch, layers, dirs, cells]
+    assert state_in.carry["carry_h"].shape == (384, 2, 2, 512)
+    state_out = lowered.out_info[0]
+    assert state_out.carry["carry_c"].shape == (384, 2, 2, 4096)
+    gin.clear_config()

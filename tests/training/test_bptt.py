@@ -1,16 +1,19 @@
-"""Stream-mode (truncated BPTT) training: LSTM state carried across steps, sharded like the
-batch, checkpointed, and restored so that an interrupted run continues exactly."""
+"""Stream-mode (truncated BPTT) training in the shared loop: the LSTM state is carried from
+step to step in the train state, sharded like the batch, checkpointed with it, and restored,
+so an interrupted run continues exactly, on the same or on other device counts."""
 
 import shutil
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
 
 from bertjax.data.elmo_pipeline import ElmoSource
 from bertjax.models.elmo import elmo_config
-from bertjax.objectives.bilm import elmo_pretraining_task
-from bertjax.training.loop import run_training
+from bertjax.objectives.bilm import elmo_pretraining
+from bertjax.training.experiment import Experiment
+from bertjax.training.loop import run
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -27,36 +30,35 @@ def corpus_file(directory):
     return str(path)
 
 
-def train(workdir, corpus, steps, checkpoint_every=100):
-    source = ElmoSource(CONFIG, corpus=corpus, mode="stream", tokenizer="whitespace")
+def train(workdir, corpus, steps, checkpoint_every=100, devices=2, batch_size=4):
+    source = ElmoSource(corpus=corpus, mode="stream", tokenizer="whitespace",
+                        vocab_size=CONFIG.vocab_size, max_chars=CONFIG.max_chars, chars=False)
     source.prepare(workdir)
-    task = elmo_pretraining_task(CONFIG, mode="stream")
-    assert task.stateful
+    objective = elmo_pretraining(CONFIG, mode="stream")
+    assert objective.carry is not None
     tx = make_optimizer(learning_rate=1e-2, warmup_steps=1, total_steps=10, weight_decay=0.0)
-    mesh = make_mesh(data=2, devices=jax.devices()[:2])
-    return run_training(workdir, task, source, tx, mesh, batch_size=4, num_steps=steps,
-                        seq_phases=((1.0, 6),), log_every=1,
-                        checkpoint_every=checkpoint_every, show_progress=False)
+    exp = Experiment(objective, source, tx, batch_size=batch_size, num_steps=steps,
+                     seq_phases=((1.0, 6),), log_every=1, checkpoint_every=checkpoint_every)
+    return run(exp, workdir, make_mesh(devices=jax.devices()[:devices]), show_progress=False)
 
 
 def final(workdir):
-    manager = ocp.CheckpointManager(workdir / "checkpoints", item_names=("state", "carry"))
+    manager = ocp.CheckpointManager(workdir / "checkpoints", item_names=("state",))
     step = manager.latest_step()
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(), carry=ocp.args.StandardRestore()))
-    return step, restored.state["params"], restored.carry
+    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    return step, restored.state["params"], restored.state["carry"]
 
 
 def test_interrupted_stream_run_resumes_with_its_lstm_state(tmp_path):
     corpus = corpus_file(tmp_path)
     straight = train(tmp_path / "straight", corpus, 4, checkpoint_every=2)
-    # the run as if it had stopped after step 2: only that checkpoint (state, data, carry)
+    # the run as if it had stopped after step 2: only that checkpoint (state with its carry)
     (tmp_path / "resumed" / "checkpoints").mkdir(parents=True)
     shutil.copytree(tmp_path / "straight" / "checkpoints" / "2",
                     tmp_path / "resumed" / "checkpoints" / "2")
     second = train(tmp_path / "resumed", corpus, 4)
-    assert (second["start_step"], second["step"]) == (2, 4)
-    assert abs(second["loss"] - straight["loss"]) < 1e-5
+    assert (second.start_step, second.step) == (2, 4)
+    assert abs(second.metrics["loss"] - straight.metrics["loss"]) < 1e-5
     step_a, params_a, carry_a = final(tmp_path / "straight")
     step_b, params_b, carry_b = final(tmp_path / "resumed")
     assert step_a == step_b == 4
@@ -66,15 +68,20 @@ def test_interrupted_stream_run_resumes_with_its_lstm_state(tmp_path):
     assert np.abs(carry_a["carry_c"]).max() > 0  # state really is carried
 
 
-def test_stream_mode_refuses_gradient_accumulation(tmp_path):
-    source = ElmoSource(CONFIG, corpus=corpus_file(tmp_path), mode="stream",
-                        tokenizer="whitespace")
-    task = elmo_pretraining_task(CONFIG, mode="stream")
-    mesh = make_mesh(devices=jax.devices()[:1])
-    try:
-        run_training(tmp_path / "w", task, source, make_optimizer(), mesh, 4, 2, ((1.0, 6),),
-                     accum_steps=2)
-    except ValueError as err:
-        assert "train.accum_steps = 1" in str(err)
-    else:
-        raise AssertionError("accum_steps=2 was accepted in stream mode")
+@pytest.mark.parametrize("devices", [1, 4])
+def test_stream_checkpoint_of_8_devices_continues_on_fewer(tmp_path, devices):
+    corpus = corpus_file(tmp_path)
+    straight = train(tmp_path / "straight", corpus, 4, devices=8, batch_size=8)
+    train(tmp_path / "moved", corpus, 2, devices=8, batch_size=8)
+    moved = train(tmp_path / "moved", corpus, 4, devices=devices, batch_size=8)
+    assert (moved.start_step, moved.step) == (2, 4)
+    assert abs(moved.metrics["loss"] - straight.metrics["loss"]) < 1e-4
+    _, _, carry_a = final(tmp_path / "straight")
+    _, _, carry_b = final(tmp_path / "moved")
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-4), carry_a, carry_b)
+
+
+def test_stream_mode_refuses_gradient_accumulation():
+    objective = elmo_pretraining(CONFIG, mode="stream")
+    with pytest.raises(ValueError, match="train.accum_steps = 1"):
+        Experiment(objective, None, make_optimizer(), 4, 2, ((1.0, 6),), accum_steps=2)

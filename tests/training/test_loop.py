@@ -8,9 +8,10 @@ import pytest
 
 from bertjax.data.pipeline import BertPretrainingSource
 from bertjax.models.bert import bert_config
-from bertjax.objectives.pretraining import bert_pretraining_task
+from bertjax.objectives.pretraining import bert_pretraining
 from bertjax.training.checkpoint import Checkpointer
-from bertjax.training.loop import build_trainer, phase_plan, run_training
+from bertjax.training.experiment import Experiment
+from bertjax.training.loop import build_trainer, phase_plan, run
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -28,32 +29,30 @@ def wikitext_source(tmp_path_factory, wikitext_valid):
 
 def tiny_task(source):
     config = bert_config("tiny", vocab_size=source.vocab_size, max_position_embeddings=SEQ)
-    return bert_pretraining_task(config)
+    return bert_pretraining(config)
 
 
-def train(workdir, source, num_steps, lr=2e-3, phases=((1.0, SEQ),)):
-    return run_training(
-        workdir,
+def train(workdir, source, num_steps, lr=2e-3, phases=((1.0, SEQ),), devices=2):
+    exp = Experiment(
         tiny_task(source),
         source,
         make_optimizer(learning_rate=lr, warmup_steps=5, total_steps=60),
-        make_mesh(devices=jax.devices()[:2]),
         batch_size=16,
         num_steps=num_steps,
         seq_phases=phases,
         log_every=5,
         checkpoint_every=1000,
-        show_progress=False,
     )
+    return run(exp, workdir, make_mesh(devices=jax.devices()[:devices]), show_progress=False)
 
 
 def test_tiny_bert_loss_falls_on_wikitext(wikitext_source, tmp_path):
-    summary = train(tmp_path, wikitext_source, num_steps=50)
+    result = train(tmp_path, wikitext_source, num_steps=50)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     losses = [json.loads(line)["loss"] for line in lines]
     assert len(losses) == 10
     assert np.mean(losses[-2:]) < losses[0] - 1.5, losses
-    assert summary["step"] == 50
+    assert result.step == 50
     assert (tmp_path / "tensorboard").is_dir()
 
 
@@ -61,7 +60,7 @@ def _params(workdir, source, step):
     task = tiny_task(source)
     tx = make_optimizer(learning_rate=2e-3, warmup_steps=5, total_steps=60)
     mesh = make_mesh(devices=jax.devices()[:2])
-    trainer = build_trainer(task, tx, mesh, task.example_batch(16, SEQ))
+    trainer = build_trainer(task, tx, mesh, 16, SEQ)
     checkpointer = Checkpointer(workdir)
     state, data = checkpointer.restore(trainer.abstract_state, step)
     checkpointer.close()
@@ -71,8 +70,8 @@ def _params(workdir, source, step):
 def test_resume_gives_exactly_the_uninterrupted_run(wikitext_source, tmp_path):
     train(tmp_path / "straight", wikitext_source, num_steps=12)
     train(tmp_path / "resumed", wikitext_source, num_steps=6)
-    summary = train(tmp_path / "resumed", wikitext_source, num_steps=12)
-    assert summary["start_step"] == 6
+    result = train(tmp_path / "resumed", wikitext_source, num_steps=12)
+    assert result.start_step == 6
     straight, data_a = _params(tmp_path / "straight", wikitext_source, 12)
     resumed, data_b = _params(tmp_path / "resumed", wikitext_source, 12)
     assert data_a == data_b == {"phase": 0, "example_index": 12 * 16}
@@ -82,7 +81,24 @@ def test_resume_gives_exactly_the_uninterrupted_run(wikitext_source, tmp_path):
 
 def test_sequence_length_phases(wikitext_source, tmp_path):
     assert phase_plan(10, ((0.9, 128), (0.1, 512))) == [(9, 128), (10, 512)]
-    summary = train(tmp_path, wikitext_source, num_steps=4, phases=((0.5, 32), (0.5, SEQ)))
-    assert summary["step"] == 4 and summary["seq_length"] == SEQ
+    result = train(tmp_path, wikitext_source, num_steps=4, phases=((0.5, 32), (0.5, SEQ)))
+    assert result.step == 4 and result.metrics["seq_length"] == SEQ
     _, data = _params(tmp_path, wikitext_source, 4)
     assert data == {"phase": 1, "example_index": 2 * 16}
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_checkpoint_of_8_devices_continues_on_fewer(wikitext_source, tmp_path, devices):
+    """Saved on 8 devices, resumed on `devices`: the run continues where it stopped, on the
+    same examples, and its losses equal the uninterrupted 8-device run's (up to the order of
+    reductions, which differs between meshes)."""
+    straight = train(tmp_path / "straight", wikitext_source, num_steps=10, devices=8)
+    train(tmp_path / "moved", wikitext_source, num_steps=5, devices=8)
+    moved = train(tmp_path / "moved", wikitext_source, num_steps=10, devices=devices)
+    assert (moved.start_step, moved.step) == (5, 10)
+    assert abs(moved.metrics["loss"] - straight.metrics["loss"]) < 1e-4
+    a, data_a = _params(tmp_path / "straight", wikitext_source, 10)
+    b, data_b = _params(tmp_path / "moved", wikitext_source, 10)
+    assert data_a == data_b == {"phase": 0, "example_index": 160}
+    diff = jax.tree.map(lambda x, y: float(np.abs(x - y).max()), a.params, b.params)
+    assert max(jax.tree.leaves(diff)) < 1e-2

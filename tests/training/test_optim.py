@@ -10,15 +10,15 @@ from bertjax.layers.scalar_mix import ScalarMix
 from bertjax.models.bert import bert_config
 from bertjax.models.elmo import elmo_config
 from bertjax.models.gpt import gpt_config
-from bertjax.objectives.bilm import elmo_pretraining_task
-from bertjax.objectives.lm import gpt_pretraining_task
-from bertjax.objectives.pretraining import bert_pretraining_task
+from bertjax.objectives.bilm import elmo_pretraining
+from bertjax.objectives.lm import gpt_pretraining
+from bertjax.objectives.pretraining import bert_pretraining
 from bertjax.training.optim import decay_mask, make_optimizer
 
 TASKS = {
-    "bert": lambda: bert_pretraining_task(bert_config("tiny")),
-    "gpt": lambda: gpt_pretraining_task(gpt_config("gpt2_tiny")),
-    "elmo": lambda: elmo_pretraining_task(elmo_config("tiny", vocab_size=64)),
+    "bert": lambda: bert_pretraining(bert_config("tiny")),
+    "gpt": lambda: gpt_pretraining(gpt_config("gpt2_tiny")),
+    "elmo": lambda: elmo_pretraining(elmo_config("tiny", vocab_size=64)),
 }
 LAYER_NORMS = ("layer_norm",)  # every LayerNorm in these trees is named *layer_norm
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bertjax.models.bert import bert_config
-from bertjax.objectives.pretraining import bert_pretraining_task
+from bertjax.objectives.pretraining import bert_pretraining
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import MeshError, check_batch_size, make_mesh
 from bertjax.training.optim import make_optimizer
@@ -28,9 +28,10 @@ def random_batch(batch=8, length=32, predictions=5, vocab=128, seed=0):
 
 def run_steps(mesh, steps=3, accum_steps=1, batch=None):
     batch = random_batch() if batch is None else batch
-    task = bert_pretraining_task(bert_config("tiny", vocab_size=128, max_position_embeddings=64))
+    task = bert_pretraining(bert_config("tiny", vocab_size=128, max_position_embeddings=64))
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
-    trainer = build_trainer(task, tx, mesh, batch, seed=0, accum_steps=accum_steps)
+    trainer = build_trainer(task, tx, mesh, *batch["input_ids"].shape, seed=0,
+                            accum_steps=accum_steps)
     state = trainer.init()
     for _ in range(steps):
         state, metrics = trainer.step(state, trainer.device_batch(batch))
@@ -66,7 +67,7 @@ def test_gradient_accumulation_matches_full_batch_without_dropout():
     batch = random_batch()
     batch["masked_lm_weights"][:] = 1.0
     mesh = make_mesh(data=2, devices=jax.devices()[:2])
-    task = bert_pretraining_task(
+    task = bert_pretraining(
         bert_config(
             "tiny",
             vocab_size=128,
@@ -78,7 +79,7 @@ def test_gradient_accumulation_matches_full_batch_without_dropout():
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=1, total_steps=10)
     results = []
     for accum in (1, 4):
-        trainer = build_trainer(task, tx, mesh, batch, accum_steps=accum)
+        trainer = build_trainer(task, tx, mesh, *batch["input_ids"].shape, accum_steps=accum)
         state, metrics = trainer.step(trainer.init(), trainer.device_batch(batch))
         results.append((float(metrics["loss"]), jax.device_get(state.params)))
     assert abs(results[0][0] - results[1][0]) < 1e-5

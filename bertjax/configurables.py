@@ -1,0 +1,45 @@
+"""Every gin name bertjax's configs use, registered in one place, at the edge (model and
+training code never import gin). A new family adds its lines here: its config builder, its
+objective and its data source.
+"""
+
+import gin
+
+from bertjax.data.elmo_pipeline import ElmoSource
+from bertjax.data.lm import LmPretrainingSource
+from bertjax.data.pipeline import BertPretrainingSource
+from bertjax.models.bert import bert_config
+from bertjax.models.elmo import elmo_config
+from bertjax.models.gpt import gpt_config
+from bertjax.objectives.bilm import elmo_pretraining
+from bertjax.objectives.lm import gpt_pretraining
+from bertjax.objectives.pretraining import bert_pretraining
+from bertjax.training.aot import CompileTarget
+from bertjax.training.elmo_optim import adagrad_optimizer
+from bertjax.training.experiment import Experiment
+from bertjax.training.mesh import make_mesh
+from bertjax.training.optim import make_optimizer
+
+MODULE = "bertjax"
+
+# shared: the run, the mesh, the optimizers, the TPU slice bertjax-compile targets
+gin.external_configurable(Experiment, "train", module=MODULE)
+gin.external_configurable(make_mesh, module=MODULE)
+gin.external_configurable(make_optimizer, module=MODULE)
+gin.external_configurable(adagrad_optimizer, module=MODULE)
+gin.external_configurable(CompileTarget, "aot_compile", module=MODULE)
+
+# BERT
+gin.external_configurable(bert_config, module=MODULE)
+gin.external_configurable(bert_pretraining, module=MODULE)
+gin.external_configurable(BertPretrainingSource, "bert_pretraining_source", module=MODULE)
+
+# GPT
+gin.external_configurable(gpt_config, module=MODULE)
+gin.external_configurable(gpt_pretraining, module=MODULE)
+gin.external_configurable(LmPretrainingSource, "lm_pretraining_source", module=MODULE)
+
+# ELMo
+gin.external_configurable(elmo_config, module=MODULE)
+gin.external_configurable(elmo_pretraining, module=MODULE)
+gin.external_configurable(ElmoSource, "elmo_source", module=MODULE)
