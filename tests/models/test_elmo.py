@@ -13,6 +13,7 @@ from bertjax.data.elmo_pipeline import ElmoSource
 from bertjax.data.elmo_vocab import sentence_char_ids
 from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.elmo import ElmoBiLM, elmo_config, zero_carry
+from bertjax.models.record import write_record
 from bertjax.objectives.bilm import elmo_pretraining_task
 from bertjax.training.loop import run_training
 from bertjax.training.mesh import make_mesh
@@ -144,12 +145,17 @@ def trained(wikitext_valid, tmp_path_factory):
     directory = tmp_path_factory.mktemp("elmo_wikitext")
     train, held_out = split_corpus(wikitext_valid, directory)
     config = elmo_config("tiny", vocab_size=2048, dropout_rate=0.0)
-    source = ElmoSource(config, corpus=train, corpus_format="plain", tokenizer="whitespace")
+    source = ElmoSource(corpus=train, corpus_format="plain", tokenizer="whitespace",
+                        vocab_size=config.vocab_size, max_chars=config.max_chars)
     workdir = directory / "run"
     source.prepare(workdir)
+    tokenizer = source.save(workdir)  # the run's record, as the training loop keeps it
+    vocab_file = workdir / tokenizer["files"]["vocab"]
+    write_record(workdir, "elmo", config, tokenizer=tokenizer["word_tokenizer"],
+                 vocab=str(vocab_file))
     task = elmo_pretraining_task(config)
-    eval_source = ElmoSource(config, corpus=held_out, corpus_format="plain",
-                             tokenizer="whitespace", vocab=str(workdir / "elmo_vocab.txt"))
+    eval_source = ElmoSource(corpus=held_out, corpus_format="plain", tokenizer="whitespace",
+                             vocab=str(vocab_file), max_chars=config.max_chars)
     eval_source.prepare(directory / "eval")
     batch = next(iter(eval_source.batches(0, LENGTH, 2)))
     init = jax.tree.map(lambda x: getattr(x, "value", x),

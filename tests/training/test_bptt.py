@@ -28,7 +28,8 @@ def corpus_file(directory):
 
 
 def train(workdir, corpus, steps, checkpoint_every=100):
-    source = ElmoSource(CONFIG, corpus=corpus, mode="stream", tokenizer="whitespace")
+    source = ElmoSource(corpus=corpus, mode="stream", tokenizer="whitespace",
+                        vocab_size=CONFIG.vocab_size, chars=False)  # a word-encoder model
     source.prepare(workdir)
     task = elmo_pretraining_task(CONFIG, mode="stream")
     assert task.stateful
@@ -67,8 +68,8 @@ def test_interrupted_stream_run_resumes_with_its_lstm_state(tmp_path):
 
 
 def test_stream_mode_refuses_gradient_accumulation(tmp_path):
-    source = ElmoSource(CONFIG, corpus=corpus_file(tmp_path), mode="stream",
-                        tokenizer="whitespace")
+    source = ElmoSource(corpus=corpus_file(tmp_path), mode="stream", tokenizer="whitespace",
+                        vocab_size=CONFIG.vocab_size, chars=False)
     task = elmo_pretraining_task(CONFIG, mode="stream")
     mesh = make_mesh(devices=jax.devices()[:1])
     try:
