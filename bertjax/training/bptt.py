@@ -130,6 +130,7 @@ def run_training(
             if state is None:
                 state, position, carry = _restore_or_init(trainer, checkpointer, carry)
                 start_step = int(state.step)
+                source.save(workdir)  # tokenizer files and record, once the run can start
             if int(state.step) >= end_step:
                 continue
             if position["phase"] != phase:

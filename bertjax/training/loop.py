@@ -31,6 +31,8 @@ class BatchSource(Protocol):
 
     def batches(self, start_index: int, seq_length: int, batch_size: int) -> Iterator[Batch]: ...
 
+    def save(self, workdir: str | pathlib.Path) -> None: ...
+
 
 @dataclasses.dataclass
 class Trainer:
@@ -187,6 +189,7 @@ def run_training(
             if state is None:
                 state, position = _restore_or_init(trainer, checkpointer)
                 start_step = int(state.step)
+                source.save(workdir)  # tokenizer files and record, once the run can start
             if int(state.step) >= end_step:
                 continue
             index = position["example_index"] if position["phase"] == phase else 0
