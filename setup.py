@@ -16,6 +16,8 @@ INSTALL_REQUIRES = [
     "gin-config==0.5.0",
     "absl-py>=2.1",
     "numpy>=2.0",
+    "regex>=2023.0",  # GPT-2's pre-tokenizer pattern (\p{L}, \p{N} classes)
+    "h5py>=3.8",  # bilm-tf / AllenNLP ELMo weight files
     "safetensors>=0.4",
     "tensorboardX>=2.6",
     "tqdm>=4.66",
@@ -41,7 +43,11 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
-    packages=find_packages(include=["bertjax", "bertjax.*"]),
+    # configs/ ships inside the package as bertjax/configs, so an installed bertjax finds
+    # `configs/experiments/...` from any directory (bertjax.cli.gin_utils.config_roots).
+    packages=[*find_packages(include=["bertjax", "bertjax.*"]), "bertjax.configs"],
+    package_dir={"bertjax.configs": "configs"},
+    package_data={"bertjax.configs": ["*/*.gin"]},
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={

@@ -120,7 +120,7 @@ def model_flops_per_step(config, counts: dict, B: int, L: int, P: int) -> dict:
     logits at unmasked positions are overhead, not model FLOPs. Embedding lookups, LayerNorm,
     softmax, GELU and the optimizer are not counted.
     """
-    E, V, layers = config.hidden_size, config.vocab_size, config.num_layers
+    E, V, layers = config.transformer.hidden_size, config.vocab_size, config.transformer.num_layers
     T = B * L
     dense = 6 * counts["encoder"] * T
     heads_cls = 6 * counts["pooler_nsp"] * B
@@ -241,19 +241,20 @@ class BertjaxRunner:
 def hf_config(config, attn: str):
     import transformers
 
+    tcfg = config.transformer
     hf = transformers.BertConfig(
         vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        num_hidden_layers=config.num_layers,
-        num_attention_heads=config.num_heads,
-        intermediate_size=config.mlp_dim,
+        hidden_size=tcfg.hidden_size,
+        num_hidden_layers=tcfg.num_layers,
+        num_attention_heads=tcfg.num_heads,
+        intermediate_size=tcfg.mlp_dim,
         max_position_embeddings=config.max_position_embeddings,
         type_vocab_size=config.type_vocab_size,
         hidden_act="gelu",
-        hidden_dropout_prob=config.dropout_rate,
-        attention_probs_dropout_prob=config.attention_dropout_rate,
-        layer_norm_eps=config.layer_norm_eps,
-        initializer_range=config.initializer_range,
+        hidden_dropout_prob=tcfg.dropout_rate,
+        attention_probs_dropout_prob=tcfg.attention_dropout_rate,
+        layer_norm_eps=tcfg.layer_norm_eps,
+        initializer_range=tcfg.initializer_range,
     )
     hf._attn_implementation = attn
     return hf

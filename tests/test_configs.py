@@ -56,10 +56,11 @@ def test_paper_setups():
     base = Experiment()
     assert (base.batch_size, base.num_steps) == (256, 1_000_000)
     assert base.seq_phases == ((0.9, 128), (0.1, 512))
-    assert base.task.model.config.num_layers == 12 and base.task.model.config.dtype == "bfloat16"
+    encoder = base.task.model.config.transformer
+    assert encoder.num_layers == 12 and encoder.dtype == "bfloat16"
     gin.clear_config()
     gin_utils.parse(["configs/experiments/bert_large_tpu_v3_128.gin"], [])
-    assert Experiment().task.model.config.num_layers == 24
+    assert Experiment().task.model.config.transformer.num_layers == 24
 
 
 def test_unknown_experiment_names_the_choices():

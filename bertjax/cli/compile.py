@@ -11,19 +11,19 @@ not fit. Needs libtpu (pip install -e '.[tpu]'), not a TPU.
 
 import dataclasses
 import os
-import sys
 import time
 from collections.abc import Sequence
 
 import gin
 import jax
-from absl import app, flags
+from absl import flags
 
-from bertjax.cli import gin_utils
+from bertjax.cli import gin_utils, runner
 from bertjax.cli.experiment import CompileTarget, Experiment
 from bertjax.training import aot
 from bertjax.training.mesh import make_mesh
 
+PROGRAM = "bertjax-compile"
 FLAGS = flags.FLAGS
 
 GiB = aot.GiB
@@ -78,6 +78,7 @@ def compile_experiment(
     devices = aot.topology_devices(target.topology)
     accel = aot.accelerator_of(devices)
     mesh = gin.get_configurable(make_mesh)(devices=devices)  # data/fsdp/model from meshes/*.gin
+    gin_utils.check_all_read()
     phases = aot.compile_phases(
         exp.task,
         exp.optimizer,
@@ -174,35 +175,22 @@ def check_fits(result: CompileResult) -> None:
         )
 
 
-def main(argv: list[str]) -> None:
-    del argv
-    try:
-        if not FLAGS.gin_file:
-            raise gin_utils.ConfigError(
-                "--gin_file is required: e.g. "
-                "--gin_file=configs/experiments/bert_base_tpu_v3_32.gin"
-            )
-        result = compile_experiment(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.jobs)
-        print(format_report(result), flush=True)
-        check_fits(result)
-    except (ValueError, OSError) as err:
-        gin_utils.fail("bertjax-compile", err)
+def main() -> None:
+    if not FLAGS.gin_file:
+        raise gin_utils.ConfigError(
+            "--gin_file is required: e.g. --gin_file=configs/experiments/bert_base_tpu_v3_32.gin"
+        )
+    runner.announce_backend(PROGRAM)
+    result = compile_experiment(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.jobs)
+    print(format_report(result), flush=True)
+    check_fits(result)
 
 
 def define_flags() -> None:
-    """Define the flags when the CLI runs, not on import, and only those not yet defined:
-    bertjax.cli.train defines the same gin flags and tests import both modules."""
-    if "gin_file" not in FLAGS:
-        flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
-    if "gin_bindings" not in FLAGS:
-        flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also --gin.NAME=VALUE).")
-    if "jobs" not in FLAGS:
-        flags.DEFINE_integer(
-            "jobs",
-            1,
-            "Phases compiled at once (a BERT-large phase for 128 "
-            "cores takes a core and ~8 GB of RAM).",
-        )
+    """This tool's flags (defined when it runs: other tools define some of the same names)."""
+    runner.define_gin_flags()
+    runner.define_once(flags.DEFINE_integer, "jobs", 1, "Phases compiled at once (a BERT-large "
+                       "phase for 128 cores takes a core and ~8 GB of RAM).")
 
 
 def run() -> None:
@@ -210,7 +198,7 @@ def run() -> None:
     if "JAX_PLATFORMS" not in os.environ:
         jax.config.update("jax_platforms", "cpu")
     define_flags()
-    app.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))
+    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__])
 
 
 if __name__ == "__main__":

@@ -17,8 +17,10 @@ import sys
 import tempfile
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
+from bertjax.cli import runner
+from bertjax.data.corpora import is_binary
 from bertjax.inference.elmo import ElmoEmbedder, EmbedError
 
 FLAGS = flags.FLAGS
@@ -41,8 +43,7 @@ def define_flags() -> None:
         (flags.DEFINE_integer, "batch_size", 32, "Sentences per batch."),
     )
     for define, name, default, help_text in defs:
-        if name not in FLAGS:
-            define(name, default, help_text)
+        runner.define_once(define, name, default, help_text)
 
 
 
@@ -59,7 +60,7 @@ def read_lines(path: str) -> list[str]:
     except UnicodeDecodeError as err:
         raise EmbedError(f"--input={path} is not UTF-8 text (byte {err.start}): pass a text file "
                          "with one sentence per line") from err
-    if "\x00" in text:
+    if is_binary(data):
         raise EmbedError(f"--input={path} is binary, not text: pass a text file with one "
                          "sentence per line")
     return [line.strip() for line in text.splitlines()]
@@ -130,7 +131,7 @@ def embed_file(checkpoint: str | None, input_path: str | None, output: str | Non
         vectors = embed_lines(embedder, [lines[i] for i in keep], layers, mix_weights)
         write_npz(output, {str(i): v for i, v in zip(keep, vectors, strict=True)})
     except (ValueError, OSError) as err:
-        print(f"{PROGRAM}: error: {' '.join(str(err).split())}", file=sys.stderr)
+        print(f"{PROGRAM}: error: {runner.one_line(err)}", file=sys.stderr)
         return 2
     empty = [i + 1 for i, line in enumerate(lines) if not line]
     if empty:
@@ -142,9 +143,9 @@ def embed_file(checkpoint: str | None, input_path: str | None, output: str | Non
     return 0
 
 
-def main(argv: list[str]) -> None:
-    del argv
+def main() -> None:
     logging.getLogger("absl").setLevel(logging.WARNING)
+    runner.announce_backend(PROGRAM)
     sys.exit(embed_file(FLAGS.checkpoint, FLAGS.input, FLAGS.output, FLAGS.options, FLAGS.vocab,
                         FLAGS.layers, FLAGS.mix_weights, FLAGS.batch_size))
 
@@ -152,7 +153,7 @@ def main(argv: list[str]) -> None:
 def run() -> None:
     """Console-script entry point."""
     define_flags()
-    app.run(main)
+    runner.run(PROGRAM, __doc__, main, [__name__])
 
 
 if __name__ == "__main__":

@@ -28,6 +28,16 @@ class Experiment:
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
 
+    def __post_init__(self) -> None:
+        positive = {"NUM_STEPS (train.num_steps)": self.num_steps,
+                    "BATCH_SIZE (train.batch_size)": self.batch_size,
+                    "train.accum_steps": self.accum_steps, "train.log_every": self.log_every,
+                    "train.checkpoint_every": self.checkpoint_every,
+                    "train.keep_checkpoints": self.keep_checkpoints}
+        for name, value in positive.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} is {value!r}: set it to a positive whole number")
+
 
 @gin.configurable("aot_compile", module="bertjax")
 @dataclasses.dataclass

@@ -15,31 +15,40 @@ and finetune.json to --output. Errors are one line and exit with status 2.
 import dataclasses
 import json
 import pathlib
-import sys
 
 import numpy as np
 import orbax.checkpoint as ocp
-from absl import app, flags
+from absl import flags
 
+from bertjax.cli import runner
 from bertjax.data.bpe import ByteLevelBPE
 from bertjax.finetune import gpt as ft_gpt
 from bertjax.finetune.gpt_inputs import FIELDS, KINDS, encode
 from bertjax.generation.checkpoint import load_gpt
 
+PROGRAM = "finetune_gpt"
 FLAGS = flags.FLAGS
-flags.DEFINE_string("checkpoint", None, "The pretrained GPT's workdir (or checkpoints/STEP).")
-flags.DEFINE_enum("task", "classification", KINDS, "The input transformation.")
-flags.DEFINE_string("train", None, "Training examples (JSON lines).")
-flags.DEFINE_string("eval", None, "Evaluation examples (JSON lines), optional.")
-flags.DEFINE_integer("num_classes", 2, "Classes (1: regression); ignored for multiple_choice.")
-flags.DEFINE_float("lm_coef", 0.5, "lambda of the auxiliary LM loss (0: off).")
-flags.DEFINE_integer("epochs", 3, "Epochs.")
-flags.DEFINE_integer("batch_size", 32, "Global batch size.")
-flags.DEFINE_float("learning_rate", 6.25e-5, "Peak learning rate.")
-flags.DEFINE_integer("max_length", None, "Tokens per sequence (default: the model's context).")
-flags.DEFINE_string("output", None, "Where to write the fine-tuned parameters.")
-flags.DEFINE_integer("seed", 0, "Seed.")
 
+
+def define_flags() -> None:
+    """This tool's flags (defined when it runs: other tools define some of the same names)."""
+    string, integer, real = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_float
+    for define, name, default, help_text in (
+        (string, "checkpoint", None, "The pretrained GPT's workdir (or checkpoints/STEP)."),
+        (string, "train", None, "Training examples (JSON lines)."),
+        (string, "eval", None, "Evaluation examples (JSON lines), optional."),
+        (integer, "num_classes", 2, "Classes (1: regression); ignored for multiple_choice."),
+        (real, "lm_coef", 0.5, "lambda of the auxiliary LM loss (0: off)."),
+        (integer, "epochs", 3, "Epochs."),
+        (integer, "batch_size", 32, "Global batch size."),
+        (real, "learning_rate", 6.25e-5, "Peak learning rate."),
+        (integer, "max_length", None, "Tokens per sequence (default: the model's context)."),
+        (string, "output", None, "Where to write the fine-tuned parameters."),
+        (integer, "seed", 0, "Seed."),
+    ):
+        runner.define_once(define, name, default, help_text)
+    runner.define_once(flags.DEFINE_enum, "task", "classification", KINDS,
+                       "The input transformation.")
 
 def read_examples(path: str, kind: str, tokenizer: ByteLevelBPE) -> tuple[list, list]:
     """Tokenized fields and labels of a JSON-lines file."""
@@ -101,15 +110,11 @@ def run_finetuning() -> dict:
     return summary
 
 
-def main(argv: list[str]) -> None:
-    del argv
-    try:
-        summary = run_finetuning()
-    except (ValueError, OSError) as err:
-        print(f"finetune_gpt: error: {' '.join(str(err).split())}", file=sys.stderr)
-        sys.exit(2)
-    print(json.dumps(summary))
+def main() -> None:
+    runner.announce_backend(PROGRAM)
+    print(json.dumps(run_finetuning()))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    define_flags()
+    runner.run(PROGRAM, __doc__, main, [__name__])

@@ -16,31 +16,42 @@ import json
 import logging
 import sys
 
-from absl import app, flags
+from absl import flags
 
+from bertjax.cli import runner
 from bertjax.data.bpe import END_OF_TEXT
 from bertjax.generation import prompts as zero_shot
 from bertjax.generation.generator import Generator
 from bertjax.generation.sampling import GenerationError, Sampling
 
+PROGRAM = "bertjax-generate"
 FLAGS = flags.FLAGS
-flags.DEFINE_string("checkpoint", None, "A GPT workdir, its checkpoints/ or checkpoints/STEP.")
-flags.DEFINE_multi_string("prompt", [], "Prompt text; repeat for a batch.")
-flags.DEFINE_string("prompt_file", None, "A file with one prompt per line (added to --prompt).")
-flags.DEFINE_integer("max_new_tokens", 64, "Tokens to generate per prompt.")
-flags.DEFINE_float("temperature", 1.0, "Softmax temperature; 0 decodes greedily.")
-flags.DEFINE_bool("greedy", False, "Greedy decoding (same as --temperature=0).")
-flags.DEFINE_integer("top_k", None, "Sample among the k most likely tokens (k >= 1).")
-flags.DEFINE_float("top_p", None, "Nucleus sampling: the smallest set of mass >= p, p in (0, 1].")
-flags.DEFINE_integer("seed", 0, "Sampling seed; prompt k draws with its own key from (seed, k).")
-flags.DEFINE_multi_string("stop", [END_OF_TEXT], "Stop strings (the text is cut before them).")
-flags.DEFINE_string("vocab", None, "vocab.json to use instead of the run's (with --merges).")
-flags.DEFINE_string("merges", None, "merges.txt to use instead of the run's (with --vocab).")
-flags.DEFINE_enum("task", "continue", ["continue", "tldr", "qa"],
-                  "continue: plain continuation; tldr: GPT-2's 'TL;DR:' summary prompt; qa: "
-                  "GPT-2's 'Q: ... A:' prompt, with --prompt=document and --question.")
-flags.DEFINE_string("question", None, "The question for --task=qa.")
-flags.DEFINE_bool("json", False, "Print one JSON object per prompt.")
+
+
+def define_flags() -> None:
+    """This tool's flags (defined when it runs: other tools define some of the same names)."""
+    string, multi = flags.DEFINE_string, flags.DEFINE_multi_string
+    integer, real, boolean = flags.DEFINE_integer, flags.DEFINE_float, flags.DEFINE_bool
+    for define, name, default, help_text in (
+        (string, "checkpoint", None, "A GPT workdir, its checkpoints/ or checkpoints/STEP."),
+        (multi, "prompt", [], "Prompt text; repeat for a batch."),
+        (string, "prompt_file", None, "A file with one prompt per line (added to --prompt)."),
+        (integer, "max_new_tokens", 64, "Tokens to generate per prompt."),
+        (real, "temperature", 1.0, "Softmax temperature; 0 decodes greedily."),
+        (boolean, "greedy", False, "Greedy decoding (same as --temperature=0)."),
+        (integer, "top_k", None, "Sample among the k most likely tokens (k >= 1)."),
+        (real, "top_p", None, "Nucleus sampling: the smallest set of mass >= p, p in (0, 1]."),
+        (integer, "seed", 0, "Sampling seed; prompt k draws with its own key from (seed, k)."),
+        (multi, "stop", [END_OF_TEXT], "Stop strings (the text is cut before them)."),
+        (string, "vocab", None, "vocab.json to use instead of the run's (with --merges)."),
+        (string, "merges", None, "merges.txt to use instead of the run's (with --vocab)."),
+        (string, "question", None, "The question for --task=qa."),
+        (boolean, "json", False, "Print one JSON object per prompt."),
+    ):
+        runner.define_once(define, name, default, help_text)
+    runner.define_once(flags.DEFINE_enum, "task", "continue", ["continue", "tldr", "qa"],
+                       "continue: plain continuation; tldr: GPT-2's 'TL;DR:' summary prompt; "
+                       "qa: GPT-2's 'Q: ... A:' prompt, with --prompt=document and --question.")
 
 
 def _prompts() -> list[str]:
@@ -79,23 +90,10 @@ def generate() -> list[tuple[str, str]]:
     return list(zip(texts, outputs, strict=True))
 
 
-def fail(err: BaseException) -> None:
-    """Print `bertjax-generate: error: <one line>` and exit with status 2."""
-    message = " ".join(str(err).split()) or type(err).__name__
-    print(f"bertjax-generate: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        fail(ValueError(
-            f"unexpected argument {argv[1]!r}: quote the prompt, --prompt=\"...\""))
+def main() -> None:
     logging.getLogger("absl").setLevel(logging.WARNING)
-    try:
-        pairs = generate()
-    except (ValueError, OSError) as err:
-        fail(err)
-    for prompt, output in pairs:
+    runner.announce_backend(PROGRAM)
+    for prompt, output in generate():
         if FLAGS.json:
             print(json.dumps({"prompt": prompt, "continuation": output}, ensure_ascii=False))
         else:
@@ -105,7 +103,8 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main)
+    define_flags()
+    runner.run(PROGRAM, __doc__, main, [__name__])
 
 
 if __name__ == "__main__":

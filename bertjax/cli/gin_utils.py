@@ -1,7 +1,10 @@
-"""Gin at the edge: external configurables, `--gin.NAME=VALUE` flags, one-line errors."""
+"""Gin at the edge: external configurables, config file lookup, `--gin.NAME=VALUE` flags, and
+one-line errors for bad syntax and for bindings nothing reads."""
 
+import difflib
+import logging
 import pathlib
-import sys
+import tokenize
 
 import gin
 
@@ -17,8 +20,6 @@ from bertjax.objectives.pretraining import bert_pretraining_task
 from bertjax.training.elmo_optim import adagrad_optimizer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 gin.external_configurable(bert_config, module="bertjax")
 gin.external_configurable(bert_pretraining_task, module="bertjax")
@@ -38,6 +39,13 @@ class ConfigError(ValueError):
     """A gin file or binding that cannot be used."""
 
 
+def config_roots() -> list[pathlib.Path]:
+    """Directories holding bertjax's `configs/`: the installed package's copy (package data)
+    and, in a source checkout, the repository's."""
+    package = pathlib.Path(__file__).resolve().parents[1]
+    return [root for root in (package, package.parent) if (root / "configs").is_dir()]
+
+
 def rewrite_gin_args(argv: list[str]) -> list[str]:
     """Turn T5X-style `--gin.train.num_steps=10` flags into `--gin_bindings=train.num_steps=10`."""
     out = []
@@ -50,34 +58,88 @@ def rewrite_gin_args(argv: list[str]) -> list[str]:
     return out
 
 
-def _resolve(path: str) -> str:
-    """Gin files are found as given, or relative to the repository (configs/...)."""
-    for candidate in (pathlib.Path(path), REPO_ROOT / path):
+def resolve(path: str) -> str:
+    """A gin file as given (relative to the working directory), else bertjax's own copy."""
+    for candidate in (pathlib.Path(path), *(root / path for root in config_roots())):
         if candidate.is_file():
             return str(candidate)
-    configs = sorted(
-        p.relative_to(REPO_ROOT).as_posix() for p in (REPO_ROOT / "configs").rglob("*.gin")
-    )
-    hint = ", ".join(c for c in configs if "experiments" in c)
-    raise ConfigError(f"gin file {path!r} not found: choose one of {hint}")
+    names = sorted({p.relative_to(root).as_posix() for root in config_roots()
+                    for p in (root / "configs" / "experiments").glob("*.gin")})
+    close = difflib.get_close_matches(path, names, n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise ConfigError(f"gin file {path!r} not found: {hint}choose one of {', '.join(names)}")
+
+
+class _DropSearchPathMisses(logging.Filter):
+    """gin's package-resource reader logs 'Path not found' (at ERROR) for every search path
+    an include is not under, before the next search path finds it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Path not found")
 
 
 def parse(gin_files: list[str], bindings: list[str]) -> None:
-    """Parse gin files and bindings, turning gin's multi-line errors into one line."""
-    gin.add_config_file_search_path(str(REPO_ROOT))
-    files = [_resolve(f) for f in gin_files]
+    """Parse gin files and bindings; any error becomes one ConfigError line.
+
+    Includes such as `include 'configs/models/bert_tiny.gin'` resolve against the working
+    directory first, then bertjax's own configs.
+    """
+    for root in config_roots():
+        if str(root) not in gin.config._LOCATION_PREFIXES:  # private list; gin-config is pinned
+            gin.add_config_file_search_path(str(root))
+    logging.getLogger().addFilter(_DropSearchPathMisses())
+    files = [resolve(f) for f in gin_files]
     try:
         gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
-    except (ValueError, KeyError, SyntaxError, OSError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+    except (ValueError, KeyError, TypeError, SyntaxError, OSError, tokenize.TokenError) as err:
+        lines = str(err).strip().splitlines()
+        first = lines[0] if lines else type(err).__name__
         raise ConfigError(
-            f"bad gin config ({first}): check the spelling against configs/ and "
+            f"bad gin config ({first}): check the syntax and the spelling against configs/ and "
             "the configurable's arguments"
         ) from err
 
 
-def fail(program: str, err: BaseException) -> None:
-    """Print `program: error: <one line>` and exit with status 2."""
-    message = " ".join(str(err).split()) or type(err).__name__
-    print(f"{program}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+def _display(scope: str, selector: str, param: str) -> str:
+    if selector == "gin.macro":
+        return scope
+    name = f"{selector.rsplit('.', 1)[-1]}.{param}"
+    return f"{scope}/{name}" if scope else name
+
+
+def _is_read(scope: str, selector: str, param: str, operative: dict) -> bool:
+    """A binding in `scope` applies to calls in that scope and those nested in it (any call,
+    for the empty scope): was one of them made with `param`?"""
+    return any(
+        sel == selector and param in used
+        and (not scope or called == scope or called.startswith(scope + "/"))
+        for (called, sel), used in operative.items()
+    )
+
+
+def check_all_read(ignore: tuple[str, ...] = ()) -> None:
+    """Raise a ConfigError naming the first binding or macro that nothing has read.
+
+    Call it once the run has built everything it configures: a binding that nothing read is a
+    misspelling (`--gin.num_steps` for NUM_STEPS) or belongs to another experiment. Bindings of
+    configurables named in `ignore` are not checked. Reads gin's private binding tables
+    (gin-config is pinned).
+    """
+    bound, operative = gin.config._CONFIG, gin.config._OPERATIVE_CONFIG
+    read = [_display(scope, sel, p) for (scope, sel), params in operative.items() for p in params]
+    for (scope, selector), params in bound.items():
+        if selector.rsplit(".", 1)[-1] in ignore:
+            continue
+        for param in params:
+            if _is_read(scope, selector, param, operative):
+                continue
+            name = _display(scope, selector, param)
+            upper = {r.upper(): r for r in read}
+            close = ([upper[name.upper()]] if name.upper() in upper
+                     else difflib.get_close_matches(name, read, n=1, cutoff=0.6))
+            hint = f"did you mean {close[0]}? " if close else ""
+            kind = "macro" if selector == "gin.macro" else "binding"
+            raise ConfigError(
+                f"gin {kind} {name} is never read by this experiment: {hint}(gin names are "
+                "case-sensitive; remove bindings that belong to other experiments)"
+            )

@@ -1,46 +1,75 @@
-"""bertjax-train: run a configured experiment (absl flags + gin); re-running resumes.
+"""bertjax-train: run a configured pretraining experiment (absl flags + gin); re-running resumes.
 
     bertjax-train --gin_file=configs/experiments/bert_tiny_cpu.gin --workdir=/tmp/run \
         --gin.NUM_STEPS=200
+
+The gin file names the model, objective, data and optimizer (configs/experiments/ has one per
+paper setup; files shipped with bertjax are found from any directory). The workdir receives
+checkpoints, TensorBoard events, metrics.jsonl, the tokenizer files and config.gin. Bad input
+(a gin typo, a binding nothing reads, a corpus that is missing or binary, a checkpoint of
+another model) is refused before anything in the workdir changes.
 """
 
 import json
-import logging
 import pathlib
-import sys
 import time
 from typing import Any
 
 import gin
 import jax
-from absl import app, flags
+from absl import flags
 
-from bertjax.cli import gin_utils
+from bertjax.cli import gin_utils, runner
 from bertjax.cli.experiment import Experiment
 from bertjax.training import distributed, loop
 from bertjax.training.mesh import make_mesh
 
+PROGRAM = "bertjax-train"
 FLAGS = flags.FLAGS
-flags.DEFINE_multi_string("gin_file", [], "Gin files, applied in order.")
-flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings (also --gin.NAME=VALUE).")
-flags.DEFINE_string("workdir", None, "Run directory: checkpoints, TensorBoard, metrics.jsonl.")
-flags.DEFINE_bool("progress", True, "Show the progress bar.")
-flags.DEFINE_bool("distributed", False, "Multi-host on a TPU pod: peers are detected.")
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-host by hand).")
-flags.DEFINE_integer("num_processes", None, "Number of processes (with --coordinator_address).")
-flags.DEFINE_integer("process_id", None, "This process's id (with --coordinator_address).")
 
 
-def train(workdir: str, show_progress: bool = True) -> dict[str, Any]:
-    """Build the configured experiment, prepare its data in `workdir`, train and checkpoint."""
+def define_flags() -> None:
+    """This tool's flags (defined when it runs: other tools define some of the same names)."""
+    runner.define_gin_flags()
+    string, integer, boolean = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_bool
+    for define, name, default, help_text in (
+        (string, "workdir", None, "Run directory: checkpoints, TensorBoard, metrics.jsonl; "
+                                  "re-running with the same directory resumes."),
+        (boolean, "progress", True, "Show the progress bar."),
+        (boolean, "distributed", False, "Multi-host on a TPU pod: peers are detected."),
+        (string, "coordinator_address", None, "host:port of process 0 (multi-host by hand)."),
+        (integer, "num_processes", None, "Number of processes (with --coordinator_address)."),
+        (integer, "process_id", None, "This process's id (with --coordinator_address)."),
+    ):
+        runner.define_once(define, name, default, help_text)
+
+
+def check_workdir(workdir: str | None) -> pathlib.Path:
+    """The workdir as a path; one line when it is missing or is not a directory."""
+    if not workdir:
+        raise gin_utils.ConfigError("--workdir is required: pass --workdir=DIR (a new directory, "
+                                    "or an existing run's to resume it)")
+    path = pathlib.Path(workdir)
+    if path.exists() and not path.is_dir():
+        raise gin_utils.ConfigError(f"--workdir={workdir} is a file, not a directory: pass a new "
+                                    "directory, or an existing run's directory to resume it")
+    return path
+
+
+def train(workdir: str | pathlib.Path, show_progress: bool = True) -> dict[str, Any]:
+    """Build the configured experiment, check it, prepare its data, train and checkpoint.
+
+    Nothing is written to `workdir` until every check has passed.
+    """
     exp = Experiment()
     mesh = gin.get_configurable(make_mesh)()  # data/fsdp/model from configs/meshes/*.gin
+    gin_utils.check_all_read(ignore=("aot_compile",))  # TPU mesh files also bind the compiler
     exp.source.prepare(workdir)
     model_vocab = getattr(getattr(exp.task.model, "config", None), "vocab_size", None)
     if model_vocab is not None and exp.source.vocab_size > model_vocab:
         raise gin_utils.ConfigError(
             f"the vocabulary has {exp.source.vocab_size} tokens but the model's vocab_size is "
-            f"{model_vocab}: set bert_config.vocab_size >= {exp.source.vocab_size}"
+            f"{model_vocab}: set {exp.task.name}_config.vocab_size >= {exp.source.vocab_size}"
         )
     return loop.run_training(
         workdir,
@@ -73,33 +102,29 @@ def summarize(summary: dict[str, Any], workdir: pathlib.Path, seconds: float) ->
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:
-    del argv
-    logging.getLogger("absl").setLevel(logging.WARNING)
-    try:
-        if not FLAGS.workdir:
-            raise gin_utils.ConfigError("--workdir is required: pass --workdir=DIR")
-        if not FLAGS.gin_file:
-            raise gin_utils.ConfigError(
-                "--gin_file is required: e.g. --gin_file=configs/experiments/bert_tiny_cpu.gin"
-            )
-        distributed.initialize(
-            FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id, auto=FLAGS.distributed
+def main() -> None:
+    workdir = check_workdir(FLAGS.workdir)
+    if not FLAGS.gin_file:
+        raise gin_utils.ConfigError(
+            "--gin_file is required: e.g. --gin_file=configs/experiments/bert_tiny_cpu.gin"
         )
-        gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
-        workdir = pathlib.Path(FLAGS.workdir)
-        start = time.perf_counter()
-        summary = train(str(workdir), show_progress=FLAGS.progress)
-        if jax.process_index() == 0:
+    distributed.initialize(
+        FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id, auto=FLAGS.distributed
+    )
+    runner.announce_backend(PROGRAM)
+    gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+    start = time.perf_counter()
+    summary = train(workdir, show_progress=FLAGS.progress)
+    if jax.process_index() == 0:
+        if summary["step"] > summary["start_step"]:  # a run that trained records its config
             (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
-            print(summarize(summary, workdir, time.perf_counter() - start))
-    except (ValueError, OSError) as err:
-        gin_utils.fail("bertjax-train", err)
+        print(summarize(summary, workdir, time.perf_counter() - start))
 
 
 def run() -> None:
     """Console-script entry point."""
-    app.run(main, argv=gin_utils.rewrite_gin_args(sys.argv))
+    define_flags()
+    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__])
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ def config_from_hf(config_json: Mapping[str, Any], **overrides: Any) -> BertConf
             f"config.json hidden_size {fields['hidden_size']} is not divisible by "
             f"num_attention_heads {fields['num_heads']}: fix the config"
         )
-    return BertConfig(**(fields | overrides))
+    return BertConfig.from_dict(fields | overrides)
 
 
 def load_hf_config(path: PathLike, **overrides: Any) -> BertConfig:

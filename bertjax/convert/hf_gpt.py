@@ -77,11 +77,11 @@ def config_from_hf(config_json: Mapping[str, Any], **overrides: Any) -> GptConfi
     if hidden % fields["num_heads"]:
         raise ValueError(f"config.json n_embd {hidden} is not divisible by n_head "
                          f"{fields['num_heads']}: fix the config")
-    return GptConfig(**(fields | overrides))
+    return GptConfig.from_dict(fields | overrides)
 
 
 def _family(config: GptConfig) -> str:
-    return "gpt2" if config.pre_layer_norm else "openai-gpt"
+    return "gpt2" if config.transformer.pre_layer_norm else "openai-gpt"
 
 
 def _bare(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -96,15 +96,19 @@ def _bare(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 def hf_to_bertjax(state_dict: Mapping[str, Any], config: GptConfig) -> dict[str, Any]:
     """bertjax GptLM params from a GPT-2 / OpenAI GPT state dict (every tensor must be used)."""
+    tcfg = config.transformer
+    if tcfg.scan_layers:
+        raise ValueError("gpt_config.scan_layers=True stacks the layers, Hugging Face names "
+                         "each one: convert with scan_layers=False")
     tensors = _bare(state_dict)
     wte, wpe, ln_f = _NAMES[_family(config)]
-    E, H, D = config.hidden_size, config.num_heads, config.hidden_size // config.num_heads
+    E, H, D = tcfg.hidden_size, tcfg.num_heads, tcfg.head_dim
     used: set[str] = set()
 
     def take(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name not in tensors:
             raise ValueError(f"checkpoint lacks {name}: pass a {_family(config)} checkpoint "
-                             f"with {config.num_layers} layers")
+                             f"with {tcfg.num_layers} layers")
         if tensors[name].shape != shape:
             raise ValueError(f"checkpoint {name} has shape {tensors[name].shape}, the config "
                              f"needs {shape}: pass the config.json of this checkpoint")
@@ -115,7 +119,7 @@ def hf_to_bertjax(state_dict: Mapping[str, Any], config: GptConfig) -> dict[str,
         return {"scale": take(f"{name}.weight", (E,)), "bias": take(f"{name}.bias", (E,))}
 
     stack: dict[str, Any] = {}
-    for i in range(config.num_layers):
+    for i in range(tcfg.num_layers):
         p = f"h.{i}"
         qkv_w = take(f"{p}.attn.c_attn.weight", (E, 3 * E)).reshape(E, 3, H, D)
         qkv_b = take(f"{p}.attn.c_attn.bias", (3 * E,)).reshape(3, H, D)
@@ -123,7 +127,7 @@ def hf_to_bertjax(state_dict: Mapping[str, Any], config: GptConfig) -> dict[str,
         attention |= {f"{n}_bias": qkv_b[j] for j, n in enumerate(("query", "key", "value"))}
         attention["out_kernel"] = take(f"{p}.attn.c_proj.weight", (E, E)).reshape(H, D, E)
         attention["out_bias"] = take(f"{p}.attn.c_proj.bias", (E,))
-        M = config.mlp_dim
+        M = tcfg.mlp_dim
         stack[f"layer_{i}"] = {
             "attention": attention,
             "attention_layer_norm": layer_norm(f"{p}.ln_1"),

@@ -29,10 +29,10 @@ def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
     return nn.Dense(
         features,
         kernel_init=nn.with_logical_partitioning(
-            nn.initializers.normal(config.initializer_range), ("embed", "classes")
+            nn.initializers.normal(config.transformer.initializer_range), ("embed", "classes")
         ),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)),
-        param_dtype=jnp.dtype(config.param_dtype),
+        param_dtype=config.transformer.weight_dtype,
         name=name,
     )
 
@@ -51,7 +51,7 @@ class BertHead(nn.Module):
         outputs = BertModel(self.config, name="bert")(
             input_ids, segment_ids, input_mask, deterministic=deterministic
         )
-        dropout = nn.Dropout(self.config.dropout_rate)
+        dropout = nn.Dropout(self.config.transformer.dropout_rate)
         if self.kind == "classify":
             pooled_BxE = dropout(outputs["pooled_output"], deterministic=deterministic)
             return _classifier(self.num_labels, self.config, "classifier")(pooled_BxE)

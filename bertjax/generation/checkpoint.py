@@ -58,7 +58,7 @@ def load_gpt(path: str | os.PathLike, tool: str = "bertjax-generate",
     fields = {**record["config"], "remat": False}
     if dtype is not None:
         fields["dtype"] = dtype
-    config = GptConfig(**fields)
+    config = GptConfig.from_dict(fields)
     directory = workdir / "checkpoints"
     step = _latest_step(directory) if step is None else step
     if not (directory / str(step) / "state").is_dir():

@@ -105,7 +105,7 @@ class ElmoEmbedder:
                              "ELMo bertjax-train run")
         workdir, step_dir = _checkpoint_step_dir(path)
         record = expect_family(workdir, FAMILY, "bertjax-embed")
-        config = ElmoConfig(**record["config"])
+        config = ElmoConfig.from_dict(record["config"])
         model = ElmoBiLM(config)
         example = (jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2, config.max_chars), jnp.int32),
                    jnp.array([2]))

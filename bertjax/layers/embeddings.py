@@ -4,7 +4,8 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
+
+from bertjax.layers.transformer import TransformerConfig
 
 Array = jax.Array
 
@@ -23,52 +24,38 @@ def embed(
 
 
 class BertEmbeddings(nn.Module):
-    """word + segment + position embeddings, then LayerNorm and dropout."""
+    """word + segment + position embeddings, then LayerNorm and dropout.
+
+    Width, dropout, LayerNorm epsilon, init and dtypes are the encoder's (`config`), so the
+    embeddings cannot disagree with the stack they feed.
+    """
 
     vocab_size: int
-    hidden_size: int
     max_position_embeddings: int
     type_vocab_size: int
-    dropout_rate: float
-    layer_norm_eps: float
-    initializer_range: float
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
+    config: TransformerConfig
 
     def setup(self) -> None:
-        std = self.initializer_range
+        cfg = self.config
+        std, E, param_dtype = cfg.initializer_range, cfg.hidden_size, cfg.weight_dtype
         self.word_embeddings = embed(
-            self.vocab_size,
-            self.hidden_size,
-            ("vocab", "embed"),
-            std,
-            self.param_dtype,
-            "word_embeddings",
+            self.vocab_size, E, ("vocab", "embed"), std, param_dtype, "word_embeddings"
         )
         self.position_embeddings = embed(
-            self.max_position_embeddings,
-            self.hidden_size,
-            ("position", "embed"),
-            std,
-            self.param_dtype,
+            self.max_position_embeddings, E, ("position", "embed"), std, param_dtype,
             "position_embeddings",
         )
         self.segment_embeddings = embed(
-            self.type_vocab_size,
-            self.hidden_size,
-            ("segment", "embed"),
-            std,
-            self.param_dtype,
-            "segment_embeddings",
+            self.type_vocab_size, E, ("segment", "embed"), std, param_dtype, "segment_embeddings"
         )
         self.layer_norm = nn.LayerNorm(
-            epsilon=self.layer_norm_eps,
-            dtype=self.dtype,
-            param_dtype=self.param_dtype,
+            epsilon=cfg.layer_norm_eps,
+            dtype=cfg.compute_dtype,
+            param_dtype=param_dtype,
             scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
         )
-        self.dropout = nn.Dropout(self.dropout_rate)
+        self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def __call__(
         self,
@@ -82,9 +69,9 @@ class BertEmbeddings(nn.Module):
             + self.segment_embeddings(segment_ids_BxL)
             + self.position_embeddings(position_ids_BxL)
         )
-        x_BxLxE = self.layer_norm(x_BxLxE.astype(self.dtype))
+        x_BxLxE = self.layer_norm(x_BxLxE.astype(self.config.compute_dtype))
         return self.dropout(x_BxLxE, deterministic=deterministic)
 
     def attend(self, h_BxPxE: Array) -> Array:
         """Logits against the token embedding table (the tied output projection)."""
-        return self.word_embeddings.attend(h_BxPxE.astype(self.param_dtype))
+        return self.word_embeddings.attend(h_BxPxE.astype(self.config.weight_dtype))

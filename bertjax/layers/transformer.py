@@ -3,7 +3,6 @@ post-LN, causal). The caller supplies the attention mask, so the same code serve
 
 import dataclasses
 import math
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -18,17 +17,25 @@ ACTIVATIONS = {
     "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),  # GPT / GPT-2
     "relu": jax.nn.relu,
 }
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Hyper-parameters shared by every Transformer stack in bertjax."""
+    """Hyper-parameters shared by every Transformer stack in bertjax (BERT's and GPT's).
+
+    The one place these settings live: a family config holds one of these beside its own
+    fields (vocabulary, positions), and its size table supplies the family's defaults (BERT
+    post-LN with exact GELU, GPT-2 pre-LN with scaled residual init, ...). `dtype` (compute)
+    and `param_dtype` are dtype names, so `dataclasses.asdict` of a config is JSON; the layers
+    read them as `compute_dtype` and `weight_dtype`.
+    """
 
     num_layers: int
     hidden_size: int
     num_heads: int
     mlp_dim: int
-    dropout_rate: float = 0.1
+    dropout_rate: float = 0.1  # embeddings and residual branches
     attention_dropout_rate: float = 0.1
     pre_layer_norm: bool = False
     activation: str = "gelu"
@@ -37,10 +44,31 @@ class TransformerConfig:
     scale_residual_init: bool = False  # GPT-2: residual projections scaled by 1/sqrt(2 L)
     remat: bool = False
     # One scanned block: compile time independent of depth. XLA's cost analysis then counts
-    # the FLOPs of one layer only, so bertjax-compile reports are made unrolled.
+    # the FLOPs of one layer only, so bertjax-compile reports are made unrolled. Parameters
+    # are stacked on a leading "layers" axis, so Hugging Face import/export needs it off.
     scan_layers: bool = False
-    dtype: Any = jnp.float32  # compute dtype
-    param_dtype: Any = jnp.float32
+    dtype: str = "float32"  # compute dtype; "bfloat16" on TPU
+    param_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        for name in ("dtype", "param_dtype"):  # jnp.bfloat16 and "bfloat16" alike: the name
+            object.__setattr__(self, name, _dtype_name(name, getattr(self, name)))
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}: set activation to one "
+                             f"of {', '.join(ACTIVATIONS)}")
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
+                             f"{self.num_heads}: change one of them")
+
+    @property
+    def compute_dtype(self) -> jnp.dtype:
+        """The dtype activations are computed in (softmax and losses stay float32)."""
+        return jnp.dtype(self.dtype)
+
+    @property
+    def weight_dtype(self) -> jnp.dtype:
+        """The dtype parameters are stored (and updated) in."""
+        return jnp.dtype(self.param_dtype)
 
     @property
     def head_dim(self) -> int:
@@ -53,12 +81,24 @@ class TransformerConfig:
         return self.initializer_range
 
 
+def _dtype_name(setting: str, value: object) -> str:
+    """The name of a dtype given by name or as a jnp type, if it is one bertjax computes in."""
+    try:
+        name = jnp.dtype(value).name
+    except TypeError:
+        name = None
+    if name not in DTYPES:
+        choices = ", ".join(DTYPES)
+        raise ValueError(f"unknown {setting} {value!r}: set {setting} to one of {choices}")
+    return name
+
+
 def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:
     """LayerNorm with logically partitioned scale and bias, statistics in float32."""
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps,
-        dtype=config.dtype,
-        param_dtype=config.param_dtype,
+        dtype=config.compute_dtype,
+        param_dtype=config.weight_dtype,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
         name=name,
@@ -79,8 +119,8 @@ class MlpBlock(nn.Module):
                 nn.initializers.normal(cfg.initializer_range), ("embed", "mlp")
             ),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
-            dtype=cfg.dtype,
-            param_dtype=cfg.param_dtype,
+            dtype=cfg.compute_dtype,
+            param_dtype=cfg.weight_dtype,
             name="wi",
         )(x_BxLxE)
         h_BxLxM = ACTIVATIONS[cfg.activation](h_BxLxM)
@@ -91,8 +131,8 @@ class MlpBlock(nn.Module):
                 nn.initializers.normal(cfg.residual_init_std), ("mlp", "embed")
             ),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-            dtype=cfg.dtype,
-            param_dtype=cfg.param_dtype,
+            dtype=cfg.compute_dtype,
+            param_dtype=cfg.weight_dtype,
             name="wo",
         )(h_BxLxM)
 
@@ -113,8 +153,8 @@ class TransformerBlock(nn.Module):
             dropout_rate=cfg.attention_dropout_rate,
             kernel_init_std=cfg.initializer_range,
             out_init_std=cfg.residual_init_std,
-            dtype=cfg.dtype,
-            param_dtype=cfg.param_dtype,
+            dtype=cfg.compute_dtype,
+            param_dtype=cfg.weight_dtype,
             name="attention",
         )
         dropout = nn.Dropout(cfg.dropout_rate)
@@ -139,7 +179,8 @@ class TransformerStack(nn.Module):
 
     The list of hidden states starts with the stack's input (the embeddings), so it has
     num_layers + 1 entries: what feature extraction and scalar mixes consume. `decode=True`
-    runs the attention layers from their key/value caches (see layers/attention.py).
+    runs the attention layers from their key/value caches (see layers/attention.py); with
+    `scan_layers` the caches are stacked on the leading layer axis like the parameters.
     """
 
     config: TransformerConfig
@@ -149,8 +190,8 @@ class TransformerStack(nn.Module):
         self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False
     ) -> tuple[Array, list[Array]]:
         cfg = self.config
-        if cfg.scan_layers and not decode:
-            return self._scanned(x_BxLxE, mask, deterministic)
+        if cfg.scan_layers:
+            return self._scanned(x_BxLxE, mask, deterministic, decode)
         block_cls = TransformerBlock
         if cfg.remat and not decode:
             block_cls = nn.remat(TransformerBlock, static_argnums=(3, 4))
@@ -163,22 +204,23 @@ class TransformerStack(nn.Module):
         return x_BxLxE, hidden_states
 
     def _scanned(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool
     ) -> tuple[Array, list[Array]]:
-        """The blocks as one `nn.scan`: parameters stacked on a leading "layers" axis."""
+        """The blocks as one `nn.scan`: parameters (and caches) stacked on a "layers" axis."""
         cfg = self.config
         body = _ScanBlock
-        if cfg.remat:
+        if cfg.remat and not decode:
             body = nn.remat(_ScanBlock, prevent_cse=False)
         scanned = nn.scan(
             body,
-            variable_axes={"params": 0},
+            variable_axes={"params": 0, "cache": 0},
             split_rngs={"params": True, "dropout": True},
             in_axes=nn.broadcast,
             length=cfg.num_layers,
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
-        y_BxLxE, stacked_NxBxLxE = scanned(cfg, deterministic, name="layers")(x_BxLxE, mask)
+        layers = scanned(cfg, deterministic, decode, name="layers")
+        y_BxLxE, stacked_NxBxLxE = layers(x_BxLxE, mask)
         hidden_states = [x_BxLxE, *stacked_NxBxLxE]
         if cfg.pre_layer_norm:
             y_BxLxE = layer_norm(cfg, "final_layer_norm")(y_BxLxE)
@@ -190,8 +232,10 @@ class _ScanBlock(nn.Module):
 
     config: TransformerConfig
     deterministic: bool
+    decode: bool = False
 
     @nn.compact
     def __call__(self, x_BxLxE: Array, mask: Array | None) -> tuple[Array, Array]:
-        y_BxLxE = TransformerBlock(self.config, name="block")(x_BxLxE, mask, self.deterministic)
+        block = TransformerBlock(self.config, name="block")
+        y_BxLxE = block(x_BxLxE, mask, self.deterministic, self.decode)
         return y_BxLxE, y_BxLxE

@@ -10,7 +10,7 @@ Hidden states are gathered at the masked positions before the vocabulary project
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -19,47 +19,9 @@ import jax.numpy as jnp
 from bertjax.layers.attention import padding_mask
 from bertjax.layers.embeddings import BertEmbeddings
 from bertjax.layers.transformer import ACTIVATIONS, TransformerConfig, TransformerStack, layer_norm
+from bertjax.models.sizes import FamilyConfig
 
 Array = jax.Array
-
-
-@dataclasses.dataclass(frozen=True)
-class BertConfig:
-    """BERT hyper-parameters. `dtype` is the compute dtype; parameters stay `param_dtype`."""
-
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    mlp_dim: int = 3072
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.1
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    dtype: str = "float32"
-    param_dtype: str = "float32"
-    remat: bool = False
-    scan_layers: bool = False  # TPU configs: compile one block; HF import needs it off
-
-    def transformer(self) -> TransformerConfig:
-        return TransformerConfig(
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            pre_layer_norm=False,
-            activation="gelu",
-            layer_norm_eps=self.layer_norm_eps,
-            initializer_range=self.initializer_range,
-            remat=self.remat,
-            scan_layers=self.scan_layers,
-            dtype=jnp.dtype(self.dtype),
-            param_dtype=jnp.dtype(self.param_dtype),
-        )
 
 
 # name: (layers, hidden, heads); mlp is 4 * hidden. Counts are with a 30522 vocab and the
@@ -80,30 +42,49 @@ PARAM_COUNTS: dict[str, int] = {
     "base": 110_106_428,
     "large": 336_226_108,
 }
+# BERT's Transformer at every size: post-LN blocks, exact (erf) GELU, LayerNorm eps 1e-12.
+TRANSFORMER_DEFAULTS = dict(pre_layer_norm=False, activation="gelu", layer_norm_eps=1e-12)
+
+
+def size_settings(size: str) -> dict[str, Any]:
+    """Every setting a named size fixes (all of them the Transformer's), flat."""
+    layers, hidden, heads = SIZES[size]
+    return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, mlp_dim=4 * hidden,
+                **TRANSFORMER_DEFAULTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig(FamilyConfig):
+    """BERT's own hyper-parameters and its encoder's (`transformer`, BERT-base's by default)."""
+
+    BUILDER: ClassVar[str] = "bert_config"
+
+    vocab_size: int = 30522
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    transformer: TransformerConfig = dataclasses.field(
+        default_factory=lambda: TransformerConfig(**size_settings("base"))
+    )
 
 
 def bert_config(size: str, **overrides: Any) -> BertConfig:
-    """The named size ("tiny" ... "large") with optional field overrides."""
+    """The named size ("tiny" ... "large") with flat overrides, BERT's or the Transformer's
+    (`vocab_size=`, `hidden_size=`, `dtype="bfloat16"`, `scan_layers=True`, ...)."""
     if size not in SIZES:
-        raise ValueError(f"unknown BERT size {size!r}: choose one of {', '.join(SIZES)}")
-    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(BertConfig)})
-    if unknown:
-        fields = ", ".join(f.name for f in dataclasses.fields(BertConfig))
-        raise ValueError(f"unknown BERT setting {unknown[0]!r}: bert_config takes {fields}")
-    layers, hidden, heads = SIZES[size]
-    fields = dict(num_layers=layers, hidden_size=hidden, num_heads=heads, mlp_dim=4 * hidden)
-    return BertConfig(**{**fields, **overrides})
+        raise ValueError(f"unknown BERT size {size!r}: set bert_config.size to one of "
+                         f"{', '.join(SIZES)}")
+    return BertConfig.from_dict({**size_settings(size), **overrides})
 
 
-def _dense(features: int, axes: tuple[str, str], cfg: BertConfig, name: str) -> nn.Dense:
+def _dense(features: int, axes: tuple[str, str], cfg: TransformerConfig, name: str) -> nn.Dense:
     return nn.Dense(
         features,
         kernel_init=nn.with_logical_partitioning(
             nn.initializers.normal(cfg.initializer_range), axes
         ),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes[1],)),
-        dtype=jnp.dtype(cfg.dtype),
-        param_dtype=jnp.dtype(cfg.param_dtype),
+        dtype=cfg.compute_dtype,
+        param_dtype=cfg.weight_dtype,
         name=name,
     )
 
@@ -116,18 +97,12 @@ class BertModel(nn.Module):
     def setup(self) -> None:
         cfg = self.config
         self.embeddings = BertEmbeddings(
-            vocab_size=cfg.vocab_size,
-            hidden_size=cfg.hidden_size,
-            max_position_embeddings=cfg.max_position_embeddings,
-            type_vocab_size=cfg.type_vocab_size,
-            dropout_rate=cfg.dropout_rate,
-            layer_norm_eps=cfg.layer_norm_eps,
-            initializer_range=cfg.initializer_range,
-            dtype=jnp.dtype(cfg.dtype),
-            param_dtype=jnp.dtype(cfg.param_dtype),
+            cfg.vocab_size, cfg.max_position_embeddings, cfg.type_vocab_size, cfg.transformer
         )
-        self.encoder = TransformerStack(cfg.transformer())
-        self.pooler = _dense(cfg.hidden_size, ("embed", "act_embed"), cfg, "pooler")
+        self.encoder = TransformerStack(cfg.transformer)
+        self.pooler = _dense(
+            cfg.transformer.hidden_size, ("embed", "act_embed"), cfg.transformer, "pooler"
+        )
 
     def __call__(
         self,
@@ -175,22 +150,22 @@ class BertForPreTraining(nn.Module):
         masked_lm_positions: Array,
         deterministic: bool = True,
     ) -> dict[str, Array]:
-        cfg = self.config
+        cfg, tcfg = self.config, self.config.transformer
         bert = BertModel(cfg, name="bert")
         outputs = bert(input_ids, segment_ids, input_mask, deterministic=deterministic)
         seq_BxLxE = outputs["sequence_output"]
 
         h_BxPxE = jnp.take_along_axis(seq_BxLxE, masked_lm_positions[..., None], axis=1)
-        h_BxPxE = _dense(cfg.hidden_size, ("embed", "act_embed"), cfg, "mlm_transform")(h_BxPxE)
+        h_BxPxE = _dense(tcfg.hidden_size, ("embed", "act_embed"), tcfg, "mlm_transform")(h_BxPxE)
         h_BxPxE = ACTIVATIONS["gelu"](h_BxPxE)
-        h_BxPxE = layer_norm(cfg.transformer(), "mlm_layer_norm")(h_BxPxE)
+        h_BxPxE = layer_norm(tcfg, "mlm_layer_norm")(h_BxPxE)
         logits_BxPxV = bert.token_logits(h_BxPxE)
         bias_V = self.param(
             "mlm_bias",
             nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
             (cfg.vocab_size,),
-            jnp.dtype(cfg.param_dtype),
+            tcfg.weight_dtype,
         )
         logits_BxPxV = logits_BxPxV + bias_V
-        nsp_logits_Bx2 = _dense(2, ("embed", "classes"), cfg, "nsp")(outputs["pooled_output"])
+        nsp_logits_Bx2 = _dense(2, ("embed", "classes"), tcfg, "nsp")(outputs["pooled_output"])
         return {"mlm_logits": logits_BxPxV, "nsp_logits": nsp_logits_Bx2}

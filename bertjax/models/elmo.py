@@ -27,7 +27,7 @@ are replicated unless `partitioning.rules_for` maps them.
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -36,6 +36,7 @@ import numpy as np
 
 from bertjax.layers.char_cnn import ELMO_FILTERS, CharCnnEncoder
 from bertjax.layers.lstm import ProjectedLstm, reverse_padded
+from bertjax.models.sizes import FamilyConfig
 
 Array = jax.Array
 FAMILY = "elmo"  # the model family recorded in WORKDIR/model.json
@@ -43,8 +44,13 @@ TOKEN_ENCODERS = ("char_cnn", "word")
 
 
 @dataclasses.dataclass(frozen=True)
-class ElmoConfig:
-    """biLM hyper-parameters. `dtype` is the compute dtype; parameters stay `param_dtype`."""
+class ElmoConfig(FamilyConfig):
+    """biLM hyper-parameters. `dtype` is the compute dtype; parameters stay `param_dtype`.
+
+    Not a Transformer, so no TransformerConfig: every setting is ElmoConfig's own.
+    """
+
+    BUILDER: ClassVar[str] = "elmo_config"
 
     vocab_size: int = 793471  # the softmax's words (and the word encoder's)
     token_encoder: str = "char_cnn"  # or "word"
@@ -104,11 +110,12 @@ PARAM_COUNTS: dict[str, int] = {
 def elmo_config(size: str, **overrides: Any) -> ElmoConfig:
     """The named size ("tiny", "small", "medium", "original") with optional overrides."""
     if size not in SIZES:
-        raise ValueError(f"unknown ELMo size {size!r}: choose one of {', '.join(SIZES)}")
+        raise ValueError(f"unknown ELMo size {size!r}: set elmo_config.size to one of "
+                         f"{', '.join(SIZES)}")
     layers, cell, proj, filters, highway = SIZES[size]
     fields = dict(num_layers=layers, cell_size=cell, proj_size=proj, char_filters=filters,
                   num_highway=highway)
-    return ElmoConfig(**{**fields, **overrides})
+    return ElmoConfig.from_dict({**fields, **overrides})
 
 
 class ElmoBiLM(nn.Module):

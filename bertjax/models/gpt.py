@@ -11,7 +11,7 @@ autoregressive decoding from the attention layers' key/value caches (see `init_c
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -20,57 +20,19 @@ import jax.numpy as jnp
 from bertjax.layers.attention import causal_mask, padding_mask
 from bertjax.layers.embeddings import embed
 from bertjax.layers.transformer import TransformerConfig, TransformerStack
+from bertjax.models.sizes import TRANSFORMER_FIELDS, FamilyConfig
 
 Array = jax.Array
 FAMILY = "gpt"
 
 
-@dataclasses.dataclass(frozen=True)
-class GptConfig:
-    """GPT / GPT-2 hyper-parameters. `dtype` is the compute dtype; parameters stay `param_dtype`."""
-
-    vocab_size: int = 50257
-    hidden_size: int = 768
-    num_layers: int = 12
-    num_heads: int = 12
-    mlp_dim: int = 3072
-    max_position_embeddings: int = 1024
-    pre_layer_norm: bool = True  # GPT-2; GPT-1 is post-LN
-    scale_residual_init: bool = True  # GPT-2: residual projections' init std / sqrt(2 L)
-    activation: str = "gelu_tanh"
-    dropout_rate: float = 0.1  # embeddings, residual branches
-    attention_dropout_rate: float = 0.1
-    layer_norm_eps: float = 1e-5
-    initializer_range: float = 0.02
-    dtype: str = "float32"
-    param_dtype: str = "float32"
-    remat: bool = False
-
-    def transformer(self) -> TransformerConfig:
-        return TransformerConfig(
-            num_layers=self.num_layers,
-            hidden_size=self.hidden_size,
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            pre_layer_norm=self.pre_layer_norm,
-            activation=self.activation,
-            layer_norm_eps=self.layer_norm_eps,
-            initializer_range=self.initializer_range,
-            scale_residual_init=self.scale_residual_init,
-            remat=self.remat,
-            dtype=jnp.dtype(self.dtype),
-            param_dtype=jnp.dtype(self.param_dtype),
-        )
-
-
-GPT1 = dict(
-    vocab_size=40478, max_position_embeddings=512, pre_layer_norm=False,
-    scale_residual_init=False,
-)
+# Family defaults, flat: the config's own fields and its Transformer's. Both use the tanh GELU
+# and LayerNorm eps 1e-5; GPT-2 adds pre-LN blocks (+ a final LayerNorm) and residual init /
+# sqrt(2 L); GPT-1 is post-LN.
+GPT1 = dict(vocab_size=40478, max_position_embeddings=512, pre_layer_norm=False,
+            scale_residual_init=False, activation="gelu_tanh", layer_norm_eps=1e-5)
 GPT2 = dict(vocab_size=50257, max_position_embeddings=1024, pre_layer_norm=True,
-            scale_residual_init=True)
+            scale_residual_init=True, activation="gelu_tanh", layer_norm_eps=1e-5)
 # name: (layers, hidden, heads, family defaults); mlp is 4 * hidden.
 SIZES: dict[str, tuple[int, int, int, dict]] = {
     "gpt1": (12, 768, 12, GPT1),
@@ -94,15 +56,38 @@ PARAM_COUNTS: dict[str, int] = {
 }
 
 
+def size_settings(size: str) -> dict[str, Any]:
+    """Every setting a named size fixes, flat (the config's own and its Transformer's)."""
+    layers, hidden, heads, family = SIZES[size]
+    return dict(num_layers=layers, hidden_size=hidden, num_heads=heads, mlp_dim=4 * hidden,
+                **family)
+
+
+def _gpt2_small_transformer() -> TransformerConfig:
+    settings = size_settings("gpt2_small")
+    return TransformerConfig(**{k: settings[k] for k in settings if k in TRANSFORMER_FIELDS})
+
+
+@dataclasses.dataclass(frozen=True)
+class GptConfig(FamilyConfig):
+    """GPT's own hyper-parameters and its Transformer's (`transformer`, GPT-2 small's by
+    default)."""
+
+    BUILDER: ClassVar[str] = "gpt_config"
+
+    vocab_size: int = 50257
+    max_position_embeddings: int = 1024
+    transformer: TransformerConfig = dataclasses.field(default_factory=_gpt2_small_transformer)
+
+
 def gpt_config(size: str, **overrides: Any) -> GptConfig:
-    """The named size ("gpt1", "gpt2_tiny" ... "gpt2_xl") with optional field overrides."""
+    """The named size ("gpt1", "gpt2_tiny" ... "gpt2_xl") with flat overrides, GPT's or the
+    Transformer's (`vocab_size=`, `num_layers=`, `remat=True`, `scan_layers=True`, ...)."""
     if size not in SIZES:
         raise ValueError(
             f"unknown GPT size {size!r}: set gpt_config.size to one of {', '.join(SIZES)}"
         )
-    layers, hidden, heads, family = SIZES[size]
-    fields = dict(num_layers=layers, hidden_size=hidden, num_heads=heads, mlp_dim=4 * hidden)
-    return GptConfig(**{**fields, **family, **overrides})
+    return GptConfig.from_dict({**size_settings(size), **overrides})
 
 
 def positions_from_mask(input_mask_BxL: Array) -> Array:
@@ -116,18 +101,17 @@ class GptLM(nn.Module):
     config: GptConfig
 
     def setup(self) -> None:
-        cfg = self.config
-        std, param_dtype = cfg.initializer_range, jnp.dtype(cfg.param_dtype)
+        cfg, tcfg = self.config, self.config.transformer
+        std, E, param_dtype = tcfg.initializer_range, tcfg.hidden_size, tcfg.weight_dtype
         self.token_embeddings = embed(
-            cfg.vocab_size, cfg.hidden_size, ("vocab", "embed"), std, param_dtype,
-            "token_embeddings",
+            cfg.vocab_size, E, ("vocab", "embed"), std, param_dtype, "token_embeddings"
         )
         self.position_embeddings = embed(
-            cfg.max_position_embeddings, cfg.hidden_size, ("position", "embed"), std,
-            param_dtype, "position_embeddings",
+            cfg.max_position_embeddings, E, ("position", "embed"), std, param_dtype,
+            "position_embeddings",
         )
-        self.dropout = nn.Dropout(cfg.dropout_rate)
-        self.transformer = TransformerStack(cfg.transformer())
+        self.dropout = nn.Dropout(tcfg.dropout_rate)
+        self.transformer = TransformerStack(tcfg)
 
     def hidden(
         self,
@@ -142,7 +126,6 @@ class GptLM(nn.Module):
         `input_mask` is [B, L] over the inputs, or with `decode=True` [B, T] over the whole
         cache (which positions hold real tokens). `position_ids` default to the mask's.
         """
-        cfg = self.config
         B, L = input_ids_BxL.shape
         mask_BxT = jnp.ones((B, L), jnp.int32) if input_mask is None else input_mask
         if position_ids_BxL is None:
@@ -150,7 +133,8 @@ class GptLM(nn.Module):
                 raise ValueError("decode=True needs explicit position_ids")
             position_ids_BxL = positions_from_mask(mask_BxT)
         x_BxLxE = self.token_embeddings(input_ids_BxL) + self.position_embeddings(position_ids_BxL)
-        x_BxLxE = self.dropout(x_BxLxE.astype(jnp.dtype(cfg.dtype)), deterministic=deterministic)
+        x_BxLxE = x_BxLxE.astype(self.config.transformer.compute_dtype)
+        x_BxLxE = self.dropout(x_BxLxE, deterministic=deterministic)
         if decode:  # the attention layers add the causal part from their cache index
             mask_Bx1xLxT = padding_mask(mask_BxT)
         else:
@@ -159,7 +143,7 @@ class GptLM(nn.Module):
 
     def logits(self, h_BxLxE: Array) -> Array:
         """Projection onto the vocabulary with the token embedding table (tied)."""
-        return self.token_embeddings.attend(h_BxLxE.astype(jnp.dtype(self.config.param_dtype)))
+        return self.token_embeddings.attend(h_BxLxE.astype(self.config.transformer.weight_dtype))
 
     def __call__(
         self,

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from bertjax.cli import generate as generate_cli
+from bertjax.cli import runner
 from bertjax.data.bpe import learn_bpe
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -43,10 +44,11 @@ def workdir(tmp_path_factory):
 
 def run_generate(capsys, *args):
     """bertjax-generate in this process: (exit status, stdout, the error lines)."""
+    generate_cli.define_flags()
     generate_cli.FLAGS.unparse_flags()
     generate_cli.FLAGS(["bertjax-generate", *args])
     try:
-        generate_cli.main(["bertjax-generate"])
+        runner.guarded(generate_cli.PROGRAM, generate_cli.main)(["bertjax-generate"])
         code = 0
     except SystemExit as exit_:
         code = exit_.code
@@ -56,7 +58,7 @@ def run_generate(capsys, *args):
 
 def test_generate_from_the_workdir_of_a_gpt_run(workdir, capsys):
     record = json.loads((workdir / "model.json").read_text())
-    assert record["family"] == "gpt" and record["config"]["num_layers"] == 1
+    assert record["family"] == "gpt" and record["config"]["transformer"]["num_layers"] == 1
     code, out, _ = run_generate(capsys, f"--checkpoint={workdir}", "--prompt=The module",
                                 "--prompt=Return", "--greedy", "--max_new_tokens=8", "--json")
     assert code == 0

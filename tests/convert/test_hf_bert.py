@@ -1,6 +1,5 @@
 """Hugging Face BERT import/export: equivalence with transformers in torch, round trips, errors."""
 
-import dataclasses
 import importlib.util
 import json
 import pathlib
@@ -47,10 +46,10 @@ def _torch_modules():
 def _hf_config(transformers, cfg):
     return transformers.BertConfig(
         vocab_size=cfg.vocab_size,
-        hidden_size=cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        intermediate_size=cfg.mlp_dim,
+        hidden_size=cfg.transformer.hidden_size,
+        num_hidden_layers=cfg.transformer.num_layers,
+        num_attention_heads=cfg.transformer.num_heads,
+        intermediate_size=cfg.transformer.mlp_dim,
         max_position_embeddings=cfg.max_position_embeddings,
         type_vocab_size=cfg.type_vocab_size,
     )
@@ -83,7 +82,8 @@ def _max_diff(a, b) -> float:
 def test_minilm_hidden_states_match_transformers(minilm):
     torch, transformers = _torch_modules()
     config, params = hf_bert.load_hf_bert(minilm)
-    assert (config.num_layers, config.hidden_size, config.num_heads) == (6, 384, 12)
+    tcfg = config.transformer
+    assert (tcfg.num_layers, tcfg.hidden_size, tcfg.num_heads) == (6, 384, 12)
     state_dict = hf_bert.load_hf_state_dict(minilm)
     assert "pooler.dense.weight" in state_dict  # so the pooled output is compared as well
 
@@ -105,7 +105,7 @@ def test_minilm_hidden_states_match_transformers(minilm):
     )
 
     real = mask.astype(bool)
-    assert len(got["hidden_states"]) == config.num_layers + 1
+    assert len(got["hidden_states"]) == config.transformer.num_layers + 1
     layer_diffs = [
         _max_diff(np.asarray(ours)[real], theirs.numpy()[real])
         for ours, theirs in zip(got["hidden_states"], expected.hidden_states, strict=True)
@@ -293,7 +293,7 @@ def test_structural_mismatches_are_reported(minilm):
     state_dict = hf_bert.load_hf_state_dict(minilm)
     config = hf_bert.load_hf_config(minilm)
     with pytest.raises(ValueError) as exc_info:
-        hf_bert.hf_to_bertjax(state_dict, dataclasses.replace(config, num_layers=4))
+        hf_bert.hf_to_bertjax(state_dict, config.replace(num_layers=4))
     _one_line_error(exc_info, "layer count 6 != model num_layers 4", "num_layers=6")
     with pytest.raises(ValueError) as exc_info:
         hf_bert.hf_to_bertjax(state_dict, config, heads=True)
@@ -318,7 +318,8 @@ def test_wrong_head_count_caught_from_config_json(minilm):
 def test_config_from_hf_and_other_activations(minilm):
     config_json = json.loads((minilm / "config.json").read_text())
     config = hf_bert.config_from_hf(config_json, dtype="bfloat16")
-    assert (config.vocab_size, config.mlp_dim, config.dtype) == (30522, 1536, "bfloat16")
+    tcfg = config.transformer
+    assert (config.vocab_size, tcfg.mlp_dim, tcfg.dtype) == (30522, 1536, "bfloat16")
     with pytest.raises(ValueError) as exc_info:
         hf_bert.config_from_hf({**config_json, "hidden_act": "gelu_new"})
     _one_line_error(exc_info, "hidden_act='gelu_new'", "'gelu'")

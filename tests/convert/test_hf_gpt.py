@@ -76,7 +76,8 @@ def test_load_hf_gpt_reads_a_saved_model_directory(tmp_path):
     model = _hf_model("gpt2", **TINY)
     model.save_pretrained(tmp_path)
     config, params = hf_gpt.load_hf_gpt(tmp_path)
-    assert (config.num_layers, config.hidden_size, config.activation) == (2, 32, "gelu_tanh")
+    tcfg = config.transformer
+    assert (tcfg.num_layers, tcfg.hidden_size, tcfg.activation) == (2, 32, "gelu_tanh")
     direct = hf_gpt.hf_to_bertjax(model.state_dict(), config)
     np.testing.assert_array_equal(params["transformer"]["layer_1"]["attention"]["key_kernel"],
                                   direct["transformer"]["layer_1"]["attention"]["key_kernel"])
@@ -115,4 +116,4 @@ def test_unsupported_configs_are_refused():
         hf_gpt.config_from_hf({**base, "activation_function": "silu"})
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
         hf_gpt.config_from_hf({**base, "scale_attn_by_inverse_layer_idx": True})
-    assert hf_gpt.config_from_hf(json.loads(json.dumps(base))).mlp_dim == 32
+    assert hf_gpt.config_from_hf(json.loads(json.dumps(base))).transformer.mlp_dim == 32

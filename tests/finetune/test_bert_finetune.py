@@ -214,7 +214,7 @@ def test_last_four_layers_match_transformers(pretrained, vocab):
         rows["input_mask"],
         FeatureSpec(),
     )
-    assert features.shape == (2, SEQ, 4 * config.hidden_size)
+    assert features.shape == (2, SEQ, 4 * config.transformer.hidden_size)
     reference = transformers.BertModel.from_pretrained(MODEL_DIR).eval()
     with torch.no_grad():
         out = reference(

@@ -108,10 +108,11 @@ def test_mixes_bert_hidden_states_and_reports_weights():
     bert = BertModel(cfg)
     variables = jax.jit(bert.init)(jax.random.key(0), ids)
     hidden = jax.jit(bert.apply)(variables, ids)["hidden_states"]
-    assert len(hidden) == cfg.num_layers + 1
-    mix = ScalarMix(cfg.num_layers + 1, layer_norm=True)
+    layers, E = cfg.transformer.num_layers, cfg.transformer.hidden_size
+    assert len(hidden) == layers + 1
+    mix = ScalarMix(layers + 1, layer_norm=True)
     params = mix.init(jax.random.key(1), hidden, jnp.ones((2, 6)))["params"]
-    assert mix.apply({"params": params}, hidden, jnp.ones((2, 6))).shape == (2, 6, cfg.hidden_size)
+    assert mix.apply({"params": params}, hidden, jnp.ones((2, 6))).shape == (2, 6, E)
     report = mix_weights({"scalars": jnp.array([0.0, 1.0, 2.0]), "gamma": jnp.array(2.0)})
     np.testing.assert_allclose(report["weights"].sum(), 1.0)
     assert report["gamma"] == 2.0 and report["weights"].argmax() == 2
@@ -127,4 +128,4 @@ def test_mixes_gpt_hidden_states():
     _, hidden = jax.jit(lambda v, i: gpt.apply(v, i, method=GptLM.hidden))(variables, ids)
     mix = ScalarMix(len(hidden))
     params = mix.init(jax.random.key(1), hidden)["params"]
-    assert mix.apply({"params": params}, hidden).shape == (2, 6, cfg.hidden_size)
+    assert mix.apply({"params": params}, hidden).shape == (2, 6, cfg.transformer.hidden_size)

@@ -50,11 +50,11 @@ def test_param_counts_equal_transformers_models_on_meta_device():
 
 def test_sizes_follow_the_papers():
     gpt1, small = gpt_config("gpt1"), gpt_config("gpt2_small")
-    assert (gpt1.vocab_size, gpt1.max_position_embeddings, gpt1.pre_layer_norm) == (
+    assert (gpt1.vocab_size, gpt1.max_position_embeddings, gpt1.transformer.pre_layer_norm) == (
         40478, 512, False)
-    assert (small.vocab_size, small.max_position_embeddings, small.pre_layer_norm) == (
+    assert (small.vocab_size, small.max_position_embeddings, small.transformer.pre_layer_norm) == (
         50257, 1024, True)
-    assert small.transformer().residual_init_std == pytest.approx(0.02 / np.sqrt(24))
+    assert small.transformer.residual_init_std == pytest.approx(0.02 / np.sqrt(24))
     assert "final_layer_norm" in _shapes(gpt_config("gpt2_tiny", **TINY))["transformer"]
     assert "final_layer_norm" not in _shapes(gpt_config("gpt1", **TINY))["transformer"]
     with pytest.raises(ValueError, match="gpt_config.size"):

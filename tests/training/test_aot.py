@@ -1,6 +1,7 @@
 """Ahead-of-time compilation for TPU slices: needs libtpu (pip install -e '.[tpu]'), not a TPU."""
 
 import importlib.util
+import pathlib
 import subprocess
 import sys
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from bertjax.cli import compile as compile_cli
-from bertjax.cli.gin_utils import REPO_ROOT, ConfigError
+from bertjax.cli.gin_utils import ConfigError
 from bertjax.training import aot
 
 needs_libtpu = pytest.mark.skipif(
@@ -16,6 +17,7 @@ needs_libtpu = pytest.mark.skipif(
     reason="libtpu is not installed: pip install -e '.[tpu]' to compile for TPU topologies",
 )
 
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 BASE = "configs/experiments/bert_base_tpu_v3_32.gin"
 LARGE = "configs/experiments/bert_large_tpu_v3_128.gin"
 # BERT-tiny with 8192 sequences of 512 per core: the compiler gives up in seconds.

@@ -1,0 +1,103 @@
+"""What every bertjax command-line tool shares: --help, flag errors, the backend line and the
+one-line error path (`PROGRAM: error: ...`, exit status 2, nothing else on the terminal)."""
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+from absl import app, flags
+from absl import logging as absl_logging
+
+from bertjax.cli import gin_utils
+
+FLAGS = flags.FLAGS
+HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
+
+
+def one_line(err: BaseException) -> str:
+    """The error's message on one line (its type name when it has none), without the
+    "In call to configurable ..." trail gin appends to errors raised inside configurables."""
+    message = str(err).split("\n  In call to configurable")[0]
+    return " ".join(message.split()) or type(err).__name__
+
+
+def fail(program: str, err: BaseException | str) -> None:
+    """Print `program: error: <one line>` on stderr and exit with status 2."""
+    message = err if isinstance(err, str) else one_line(err)
+    print(f"{program}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
+
+
+def announce_backend(program: str) -> None:
+    """One line on stderr: the JAX backend and the devices this run uses."""
+    local, total = jax.local_device_count(), jax.device_count()
+    hosts = f" over {jax.process_count()} processes" if jax.process_count() > 1 else ""
+    print(f"{program}: JAX backend {jax.default_backend()}, {total} device(s){hosts} "
+          f"({local} local)", file=sys.stderr, flush=True)
+
+
+def define_once(define: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> None:
+    """`define(name, *args, **kwargs)` unless a flag of that name exists: tools define their
+    flags when they run, and tests run several tools in one process."""
+    if name not in FLAGS:
+        define(name, *args, **kwargs)
+
+
+def define_gin_flags() -> None:
+    """--gin_file and --gin_bindings (also written --gin.NAME=VALUE), for tools that use gin."""
+    define_once(flags.DEFINE_multi_string, "gin_file", [], "Gin file (repeatable), applied in "
+                "order: a path, or one shipped with bertjax such as "
+                "configs/experiments/bert_tiny_cpu.gin.")
+    define_once(flags.DEFINE_multi_string, "gin_bindings", [], "Gin binding (repeatable); also "
+                "written --gin.NAME=VALUE, e.g. --gin.NUM_STEPS=1000.")
+
+
+def help_text(program: str, doc: str, modules: Sequence[str]) -> str:
+    """The tool's description, then the flags its modules define."""
+    sections = [doc.strip(), ""]
+    for module in modules:
+        text = FLAGS.module_help(module)
+        if text:
+            sections += [text.strip(), ""]
+    sections.append(f"Errors are one line `{program}: error: ...` with exit status 2.")
+    return "\n".join(sections)
+
+
+def _parse_flags(program: str) -> Callable[[list[str]], list[str]]:
+    def parse(argv: list[str]) -> list[str]:
+        try:
+            return FLAGS(argv)
+        except flags.Error as err:
+            fail(program, f"{one_line(err)} (see {program} --help)")
+            raise  # unreachable: fail exits
+
+    return parse
+
+
+def guarded(program: str, main: Callable[[], None]) -> Callable[[list[str]], None]:
+    """`main` as absl's main(argv): stray positional arguments and ValueError / OSError end
+    with one line and exit 2."""
+
+    def run_main(argv: list[str]) -> None:
+        if len(argv) > 1:
+            fail(program, f"unexpected argument {argv[1]!r}: flags are --name=value "
+                          f"(quote values with spaces; see {program} --help)")
+        if not FLAGS["verbosity"].present:  # progress lines only; --verbosity=0 shows INFO logs
+            absl_logging.set_verbosity(absl_logging.WARNING)
+        try:
+            main()
+        except (ValueError, OSError) as err:
+            fail(program, err)
+
+    return run_main
+
+
+def run(program: str, doc: str, main: Callable[[], None], modules: Sequence[str]) -> None:
+    """Parse the (already defined) flags, answer --help, then run `main` guarded."""
+    argv = gin_utils.rewrite_gin_args(sys.argv)
+    argv[0] = program
+    if any(arg in HELP_ARGS for arg in argv[1:]):
+        print(help_text(program, doc, modules))
+        sys.exit(0)
+    app.run(guarded(program, main), argv=argv, flags_parser=_parse_flags(program))
