@@ -69,7 +69,6 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
             if not matches:
                 raise CorpusError(
                     f"{path}: directory has no *.txt files; fix the corpus setting"
-                    " (bert_pretraining_source.corpus)"
                 )
         elif path.is_file():
             matches = [path]
@@ -79,7 +78,6 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
             if not matches:
                 raise CorpusError(
                     f"{entry}: no such file, directory or glob match; fix the corpus setting"
-                    " (bert_pretraining_source.corpus)"
                 )
         files.update(dict.fromkeys(matches))
     return list(files)
@@ -100,13 +98,9 @@ def _read_lines(path: pathlib.Path) -> list[str]:
     except OSError as e:
         raise CorpusError(
             f"{path}: cannot read ({e.strerror}); fix the corpus setting"
-            " (bert_pretraining_source.corpus)"
         ) from e
     if is_binary(data):
-        raise CorpusError(
-            f"{path} is a binary file, not text: point the corpus setting"
-            " (bert_pretraining_source.corpus) at text files"
-        )
+        raise CorpusError(f"{path} is a binary file, not text: point the corpus setting at text")
     try:
         lines = data.decode("utf-8").split("\n")
     except UnicodeDecodeError:
@@ -147,7 +141,7 @@ def read_documents(
         raise CorpusError(f"corpus format {fmt!r} is not one of {FORMATS}; fix the format setting")
     files = resolve_paths(paths)
     if not files:
-        raise CorpusError("no corpus paths given; set bert_pretraining_source.corpus")
+        raise CorpusError("no corpus paths given; set the corpus setting")
     documents: list[list[str]] = []
     for path in files:
         for block in _blocks(_read_lines(path)):
@@ -158,7 +152,6 @@ def read_documents(
         names = ", ".join(str(p) for p in files[:3]) + (", ..." if len(files) > 3 else "")
         raise CorpusError(
             f"corpus is empty: no sentences in {names}; fix the corpus setting"
-            " (bert_pretraining_source.corpus)"
         )
     return documents
 

@@ -1,4 +1,4 @@
-"""seqio Tasks for ELMo pretraining: padded sentences, or windows of a long token stream.
+"""ELMo pretraining examples: padded sentences, or windows of a long token stream.
 
     sentences --tokenize--> token strings --> EncodedCorpus: each distinct token ("type") once,
         with its word id and character ids; sentences as arrays of type ids, <S> ... </S>
@@ -14,7 +14,7 @@ reversed row for the backward LM. Row r keeps its place in every batch, so the L
 step leaves for row r is the right start for row r's next window. Host p of P takes rows
 [pG/P, (p+1)G/P), so row r is global batch row r whatever the host count.
 
-The split names the first global example: "train[1234:]" resumes there.
+Both are pure functions of (seed, global example index): a resume starts at any index.
 """
 
 from __future__ import annotations
@@ -27,13 +27,9 @@ import seqio
 import tensorflow as tf
 
 from bertjax.data.elmo_vocab import BOS, EOS, ElmoVocabulary, word_char_ids
-from bertjax.data.tasks import parse_split
+from bertjax.data.source import DataError
 
 MODES = ("sentence", "stream")
-
-
-class DataError(ValueError):
-    """A corpus or batch layout the ELMo data cannot serve; the message names the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,58 +213,3 @@ class SeqioWordVocabulary(seqio.Vocabulary):
 
     def __hash__(self) -> int:
         return hash(self.vocab)
-
-
-class ElmoDataSource(seqio.DataSource):
-    """Deterministic, endless ELMo examples over an in-memory EncodedCorpus."""
-
-    def __init__(self, corpus: EncodedCorpus, mode: str, seq_length: int, max_chars: int,
-                 chars: bool, global_batch: int = 1):
-        super().__init__(splits=["train"], caching_permitted=False)
-        self.corpus, self.mode, self.seq_length = corpus, mode, seq_length
-        self.max_chars, self.chars, self.global_batch = max_chars, chars, global_batch
-
-    @property
-    def supports_arbitrary_sharding(self) -> bool:
-        return True
-
-    def list_shards(self, split: str) -> list[str]:
-        return [split]
-
-    def get_dataset(self, split: str = "train", shuffle: bool = True, seed: int | None = None,
-                    shard_info: seqio.ShardInfo | None = None, *, sequence_length: object = None,
-                    use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
-        del shuffle, sequence_length, use_cached, num_epochs  # order is seeded inside
-        start = parse_split(split)
-        index, count = (shard_info.index, shard_info.num_shards) if shard_info else (0, 1)
-        args = (self.corpus, self.seq_length)
-        if self.mode == "sentence":
-            generate = lambda: iterate_sentences(  # noqa: E731
-                *args, seed or 0, start, index, count, self.chars)
-        else:
-            generate = lambda: iterate_stream(  # noqa: E731
-                *args, self.global_batch, seed or 0, start, index, count, self.chars)
-        spec = feature_spec(self.mode, self.seq_length, self.max_chars, self.chars)
-        signature = {k: tf.TensorSpec(shape, tf.as_dtype(dtype)) for k, (shape, dtype)
-                     in spec.items()}
-        return tf.data.Dataset.from_generator(generate, output_signature=signature)
-
-
-def output_features(vocab: ElmoVocabulary, spec: dict[str, tuple]) -> dict[str, seqio.Feature]:
-    """seqio features: word ids with the ELMo vocabulary, the rest passed through."""
-    features, words = {}, SeqioWordVocabulary(vocab)
-    for name, (shape, _) in spec.items():
-        if name.endswith("token_ids"):
-            features[name] = seqio.Feature(words, add_eos=False, dtype=tf.int32)
-        else:
-            features[name] = seqio.Feature(seqio.PassThroughVocabulary(1), add_eos=False,
-                                           dtype=tf.int32, rank=len(shape))
-    return features
-
-
-def register_elmo_task(name: str, source: ElmoDataSource, vocab: ElmoVocabulary) -> seqio.Task:
-    """Register (or replace) the seqio Task `name` over `source`."""
-    spec = feature_spec(source.mode, source.seq_length, source.max_chars, source.chars)
-    if name in seqio.TaskRegistry.names():
-        seqio.TaskRegistry.remove(name)
-    return seqio.TaskRegistry.add(name, source=source, output_features=output_features(vocab, spec))

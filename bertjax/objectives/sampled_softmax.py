@@ -51,7 +51,7 @@ def sample_log_uniform(
     if unique:
         if num_sampled > vocab_size:
             raise ValueError(f"cannot sample {num_sampled} distinct ids from {vocab_size}: set "
-                             "elmo_pretraining_task.num_sampled below the vocabulary size")
+                             "elmo_pretraining.num_sampled below the vocabulary size")
         log_q_V = log_uniform_log_prob(jnp.arange(vocab_size), vocab_size)
         _, sampled_S = jax.lax.top_k(log_q_V + jax.random.gumbel(rng, (vocab_size,)), num_sampled)
         draws = _draws_for_distinct(num_sampled, vocab_size)

@@ -1,7 +1,6 @@
 """ELMo data: vocabulary, sentence examples, stream windows for truncated BPTT, the source."""
 
 import itertools
-import json
 
 import numpy as np
 import pytest
@@ -25,7 +24,6 @@ from bertjax.data.elmo_vocab import (
     word_char_ids,
     write_vocab,
 )
-from bertjax.models.elmo import elmo_config
 
 SENTENCES = [s.split() for s in [
     "the cat sat on the mat", "a dog ran", "the bank of the river", "money in the bank",
@@ -135,33 +133,31 @@ def write_corpus(tmp_path, lines):
 
 def test_source_prepares_records_and_batches(tmp_path):
     corpus = write_corpus(tmp_path, [" ".join(s) for s in SENTENCES * 4])
-    cfg = elmo_config("tiny", vocab_size=50, max_chars=12)
     for mode in ("sentence", "stream"):
         workdir = tmp_path / mode
-        source = ElmoSource(cfg, corpus=corpus, mode=mode, tokenizer="whitespace")
+        source = ElmoSource(corpus=corpus, mode=mode, tokenizer="whitespace", vocab_size=50,
+                            max_chars=12)
         source.prepare(workdir)
         assert not workdir.exists()  # nothing is written before the run starts
-        source.save(workdir)
-        record = json.loads((workdir / "model.json").read_text())
-        assert record["family"] == "elmo" and record["mode"] == mode
-        assert record["config"]["max_chars"] == 12 and (workdir / "elmo_vocab.txt").is_file()
+        record = source.save(workdir)
+        assert record == {"kind": "words", "files": {"vocab": "elmo_vocab.txt"},
+                          "vocab_size": source.vocab_size, "word_tokenizer": "whitespace"}
+        assert (workdir / "elmo_vocab.txt").is_file() and source.vocab_size <= 50
         batch = next(iter(source.batches(0, 6, 4)))
         assert batch["token_ids"].shape == (4, 6) and batch["char_ids"].shape == (4, 6, 12)
         if mode == "stream":
             assert batch["reverse_char_ids"].shape == (4, 6, 12)
+    words = ElmoSource(corpus=corpus, tokenizer="whitespace", vocab_size=50, chars=False)
+    words.prepare(tmp_path / "words")
+    assert "char_ids" not in next(iter(words.batches(0, 6, 4)))  # a word-encoder model's data
 
 
 def test_source_errors_are_one_line(tmp_path):
     corpus = write_corpus(tmp_path, [" ".join(s) for s in SENTENCES])
-    small = elmo_config("tiny", vocab_size=5)
-    vocab_file = tmp_path / "vocab.txt"
-    write_vocab(learn_vocabulary(SENTENCES, 12), vocab_file)
-    with pytest.raises(ValueError, match="set elmo_config.vocab_size >= 12"):
-        ElmoSource(small, corpus=corpus, vocab=str(vocab_file)).prepare(tmp_path / "w")
-    other = tmp_path / "gpt_run"
-    other.mkdir()
-    (other / "model.json").write_text(json.dumps({"family": "gpt", "config": {}}))
-    with pytest.raises(ValueError, match="holds a GPT run"):
-        ElmoSource(elmo_config("tiny"), corpus=corpus).prepare(other)
     with pytest.raises(ValueError, match="elmo_source.mode"):
-        ElmoSource(small, mode="windows")
+        ElmoSource(mode="windows")
+    with pytest.raises(ValueError, match="elmo_source.tokenizer"):
+        ElmoSource(tokenizer="spacy")
+    with pytest.raises(ValueError, match="elmo_source.vocab to 'learn'") as err:
+        ElmoSource(corpus=corpus, vocab=str(tmp_path / "absent.txt")).prepare(tmp_path / "w")
+    assert "\n" not in str(err.value)

@@ -77,7 +77,8 @@ def test_learned_vocabulary_is_kept_in_the_workdir(tmp_path, bert_sample):
     first = BertPretrainingSource(corpus=str(bert_sample), vocab_size=600)
     first.prepare(tmp_path)
     assert not (tmp_path / "vocab.txt").exists()  # nothing is written before the run starts
-    first.save(tmp_path)
+    assert first.save(tmp_path) == {"kind": "wordpiece", "files": {"vocab": "vocab.txt"},
+                                    "vocab_size": first.vocab_size, "lower_case": True}
     stored = (tmp_path / "vocab.txt").read_text()
     second = BertPretrainingSource(corpus=str(bert_sample), vocab_size=900)
     second.prepare(tmp_path)  # a resumed run keeps the ids it trained with

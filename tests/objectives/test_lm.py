@@ -38,7 +38,7 @@ def test_tiny_gpt_validation_perplexity_falls_on_wikitext(wikitext_valid, tmp_pa
     config = gpt_config("gpt2_tiny", vocab_size=512, max_position_embeddings=32, num_layers=2,
                         hidden_size=64, num_heads=2, mlp_dim=256, dropout_rate=0.0,
                         attention_dropout_rate=0.0)
-    train = LmPretrainingSource(str(train_file), vocab="learn", vocab_size=512, model=config)
+    train = LmPretrainingSource(str(train_file), vocab="learn", vocab_size=512)
     train.prepare(tmp_path / "run")
     train.save(tmp_path / "run")
     valid = LmPretrainingSource(str(valid_file), vocab=str(tmp_path / "run"), shuffle=False)

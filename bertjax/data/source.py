@@ -1,0 +1,273 @@
+"""The data-source base every family's source builds on: corpus, vocabulary, seqio task, batches.
+
+A family's source (`pipeline.BertPretrainingSource`, `lm.LmPretrainingSource`,
+`elmo_pipeline.ElmoSource`) subclasses `Source` and brings only what is its own:
+
+    setting, task_prefix        its gin name (every error message names it) and task name
+    vocab_kind, vocab_files     "wordpiece" | "bpe" | "words", and {role: file name}
+    learn_vocab, load_vocab     learn files from the corpus into a directory; read them back
+    corpus_view, encode         its view of the documents (shared by learning and encoding);
+                                tokenize that view into its in-memory corpus
+    feature_spec, examples      one example's {name: (shape, dtype)}; the pure generator of
+                                examples, a function of (seed, global index)
+    id_features                 the features that hold token ids of its vocabulary
+
+Corpora: "stdlib" (offline: the Python standard library's documentation), comma-separated
+files, directories or globs (google-research/bert's format or plain text), or
+"tfds:NAME[:SPLIT]", of which each host reads its own share.
+
+Vocabulary: "learn" (from the corpus, capped at `vocab_size`; a resumed run finds the files in
+its workdir and reuses them; a multi-host run refuses, since each host reads other documents)
+or given files (a directory holding them, or their comma-separated paths). `prepare(workdir)`
+writes nothing: a learned vocabulary waits in a private staging directory until `save(workdir)`,
+called once the run can start, copies it (or the given files) into the workdir, so a workdir is
+self-contained and a run that fails validation leaves it untouched.
+
+The seqio split "train[N:]" starts at global example N, so a resume never replays what it
+skips; a `seqio.ShardInfo` (one per host) selects that host's examples.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import seqio
+import tensorflow as tf
+
+from bertjax.data import corpora
+
+Example = dict[str, np.ndarray]
+FeatureSpec = dict[str, tuple[tuple[int, ...], type]]
+_SPLIT = re.compile(r"^train(?:\[(\d+):\])?$")
+
+
+class DataError(ValueError):
+    """A corpus, vocabulary or batch layout a source cannot serve; the message names the fix."""
+
+
+def load_documents(corpus: str, corpus_format: str = "bert", text_key: str = "text"
+                   ) -> list[list[str]]:
+    """Documents (lists of sentences) of a corpus setting; see the module docstring."""
+    if corpus == "stdlib":
+        return corpora.stdlib_documents()
+    if corpus.startswith("tfds:"):
+        name, _, split = corpus[len("tfds:"):].partition(":")
+        split = split or "train"
+        if jax.process_count() > 1:
+            split = f"{split}[{jax.process_index()}shard]"  # each host reads its own documents
+        return list(corpora.tfds_documents(name, split, text_key))
+    return corpora.read_documents([p for p in corpus.split(",") if p], corpus_format)
+
+
+def parse_split(split: str) -> int:
+    """ "train" -> 0, "train[123:]" -> 123 (the first global example index)."""
+    match = _SPLIT.match(split)
+    if match is None:
+        raise ValueError(f"split {split!r} is not 'train' or 'train[N:]'")
+    return int(match.group(1) or 0)
+
+
+class ExampleSource(seqio.DataSource):
+    """Endless, deterministic examples of `generate(start_index, shard_index, shard_count)`."""
+
+    def __init__(self, generate: Callable[[int, int, int], Iterator[Example]],
+                 spec: FeatureSpec) -> None:
+        super().__init__(splits=["train"], caching_permitted=False)
+        self.generate, self.spec = generate, spec
+
+    @property
+    def supports_arbitrary_sharding(self) -> bool:
+        return True
+
+    def list_shards(self, split: str) -> list[str]:
+        return [split]
+
+    def get_dataset(self, split: str = "train", shuffle: bool = True, seed: int | None = None,
+                    shard_info: seqio.ShardInfo | None = None, *, sequence_length: object = None,
+                    use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
+        del shuffle, seed, sequence_length, use_cached, num_epochs  # the generator is seeded
+        start = parse_split(split)
+        index, count = (shard_info.index, shard_info.num_shards) if shard_info else (0, 1)
+        signature = {k: tf.TensorSpec(shape, tf.as_dtype(dtype))
+                     for k, (shape, dtype) in self.spec.items()}
+        return tf.data.Dataset.from_generator(lambda: self.generate(start, index, count),
+                                              output_signature=signature)
+
+
+def register_task(name: str, source: ExampleSource, vocab: seqio.Vocabulary,
+                  id_features: Sequence[str]) -> seqio.Task:
+    """Register (or replace) the seqio Task `name`: id features use `vocab`, the rest pass."""
+    features = {
+        key: seqio.Feature(vocab if key in id_features else seqio.PassThroughVocabulary(1),
+                           add_eos=False, dtype=tf.as_dtype(dtype), rank=len(shape))
+        for key, (shape, dtype) in source.spec.items()
+    }
+    if name in seqio.TaskRegistry.names():
+        seqio.TaskRegistry.remove(name)
+    return seqio.TaskRegistry.add(name, source=source, output_features=features)
+
+
+class Source:
+    """What the training loop consumes: prepare, save, vocab_size, feature_spec, batches."""
+
+    setting = ""  # the gin name, e.g. "bert_pretraining_source"
+    task_prefix = ""
+    vocab_kind = ""
+    vocab_files: dict[str, str] = {}
+    id_features: tuple[str, ...] = ()
+
+    def __init__(self, corpus: str, corpus_format: str, vocab: str, vocab_size: int, seed: int,
+                 text_key: str = "text") -> None:
+        self.corpus_name, self.corpus_format, self.text_key = corpus, corpus_format, text_key
+        self.vocab_spec, self.max_vocab_size, self.seed = vocab, vocab_size, seed
+        self.vocab: Any = None  # the family's seqio vocabulary, once prepared
+        self._files: dict[str, pathlib.Path] = {}
+        self._staging: tempfile.TemporaryDirectory | None = None
+
+    # ---------------------------------------------------------------- the family's part
+
+    def corpus_view(self, documents: list[list[str]]) -> Sequence:
+        """What vocabulary learning and encoding read; the documents themselves by default."""
+        return documents
+
+    def learn_vocab(self, view: Sequence, vocab_size: int, directory: pathlib.Path) -> None:
+        """Learn at most `vocab_size` tokens and write `vocab_files` into `directory`."""
+        raise NotImplementedError
+
+    def load_vocab(self, files: dict[str, pathlib.Path]) -> Any:
+        """The seqio vocabulary of `files` ({role: path})."""
+        raise NotImplementedError
+
+    def encode(self, view: Sequence) -> None:
+        """Tokenize the corpus view into the in-memory corpus `examples` reads."""
+        raise NotImplementedError
+
+    def feature_spec(self, seq_length: int, batch_size: int) -> FeatureSpec:
+        """{name: (shape, dtype)} of one example."""
+        raise NotImplementedError
+
+    def examples(self, seq_length: int, batch_size: int, start_index: int, shard_index: int,
+                 shard_count: int) -> Iterator[Example]:
+        """This shard's examples from global index `start_index` on, endlessly."""
+        raise NotImplementedError
+
+    def tokenizer_options(self) -> dict[str, Any]:
+        """Family options the tokenizer record keeps (e.g. lower_case)."""
+        return {}
+
+    # ---------------------------------------------------------------- shared
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab().vocab_size
+
+    def prepare(self, workdir: str | os.PathLike) -> None:
+        """Read the corpus, load or learn the vocabulary and encode; nothing is written."""
+        try:
+            documents = load_documents(self.corpus_name, self.corpus_format, self.text_key)
+        except corpora.CorpusError as e:
+            raise corpora.CorpusError(f"{self.setting}.corpus: {e}") from None
+        view = self.corpus_view(documents)
+        if not view:
+            raise DataError(f"corpus {self.corpus_name!r} has no text: point "
+                            f"{self.setting}.corpus at some")
+        self._load_or_learn(pathlib.Path(workdir), view)
+        self.encode(view)
+        logging.info("%s: corpus %s, %d documents, vocabulary of %d", self.setting,
+                     self.corpus_name, len(documents), self.vocab_size)
+
+    def _load_or_learn(self, workdir: pathlib.Path, view: Sequence) -> None:
+        kept = {role: workdir / name for role, name in self.vocab_files.items()}
+        resumed = all(path.is_file() for path in kept.values())
+        if self.vocab_spec != "learn":
+            self._files = self._given_files()
+            self.vocab = self.load_vocab(self._files)
+            if resumed and self.load_vocab(kept) != self.vocab:
+                raise DataError(f"{workdir} was trained with another vocabulary than "
+                                f"{self.vocab_spec}: use a new --workdir or the run's own "
+                                f"{self.setting}.vocab")
+            return
+        if resumed:  # a resumed run keeps the ids it trained with
+            self._files = kept
+        elif jax.process_count() > 1:  # each host would learn from its own documents
+            raise DataError(f"a multi-host run cannot learn its vocabulary: learn it once on one "
+                            f"host and set {self.setting}.vocab to the files it wrote")
+        else:
+            self._staging = tempfile.TemporaryDirectory(prefix="bertjax-vocab-")
+            staging = pathlib.Path(self._staging.name)
+            self.learn_vocab(view, self.max_vocab_size, staging)
+            self._files = {role: staging / name for role, name in self.vocab_files.items()}
+        self.vocab = self.load_vocab(self._files)
+
+    def _given_files(self) -> dict[str, pathlib.Path]:
+        """Given files: a directory holding them, or their comma-separated paths."""
+        names = list(self.vocab_files.values())
+        paths = [pathlib.Path(p.strip()) for p in self.vocab_spec.split(",")]
+        if len(paths) == 1 and paths[0].is_dir():
+            paths = [paths[0] / name for name in names]
+        if len(paths) != len(names) or not all(path.is_file() for path in paths):
+            raise DataError(f"vocabulary {self.vocab_spec!r} not found: set {self.setting}.vocab "
+                            f"to 'learn', a directory holding {' and '.join(names)}, or the "
+                            f"path{'s' if len(names) > 1 else ''} {','.join(names)}")
+        return dict(zip(self.vocab_files, paths, strict=True))
+
+    def save(self, workdir: str | os.PathLike) -> dict[str, Any]:
+        """Copy the vocabulary into the workdir (host 0) and give the record's tokenizer part."""
+        if not self._files:
+            raise RuntimeError("call prepare(workdir) before save(workdir)")
+        workdir = pathlib.Path(workdir)
+        if jax.process_index() == 0:
+            workdir.mkdir(parents=True, exist_ok=True)
+            for role, path in self._files.items():
+                target = workdir / self.vocab_files[role]
+                if not (target.exists() and target.samefile(path)):
+                    _copy_atomic(path, target)
+            if self._staging is not None:  # the workdir now holds the learned files
+                self._files = {role: workdir / name for role, name in self.vocab_files.items()}
+                self._staging.cleanup()
+                self._staging = None
+        return {"kind": self.vocab_kind, "files": dict(self.vocab_files),
+                "vocab_size": self.vocab_size, **self.tokenizer_options()}
+
+    def _vocab(self) -> Any:
+        if self.vocab is None:
+            raise RuntimeError("call prepare(workdir) before reading batches")
+        return self.vocab
+
+    def task(self, seq_length: int, batch_size: int = 1) -> seqio.Task:
+        """The registered seqio Task for this corpus at `seq_length` (per-host `batch_size`)."""
+        slug = re.sub(r"[^a-z0-9]+", "_", self.corpus_name.lower()).strip("_")[-40:]
+        name = f"bertjax_{self.task_prefix}_{slug}_{seq_length}_{batch_size}"
+        generate = functools.partial(self.examples, seq_length, batch_size)
+        source = ExampleSource(generate, self.feature_spec(seq_length, batch_size))
+        return register_task(name, source, self._vocab(), self.id_features)
+
+    def batches(self, start_index: int, seq_length: int, batch_size: int
+                ) -> Iterator[dict[str, np.ndarray]]:
+        """This host's share of global batches from global example `start_index` on."""
+        shard = seqio.ShardInfo(jax.process_index(), jax.process_count())
+        if self.corpus_name.startswith("tfds:"):  # documents are already split per host
+            shard, start_index = None, start_index // jax.process_count()
+        dataset = self.task(seq_length, batch_size).get_dataset(
+            split=f"train[{start_index}:]", shuffle=False, seed=self.seed, shard_info=shard,
+            num_epochs=1, trim_output_features=False, try_in_mem_cache=False,
+        )
+        return dataset.batch(batch_size, drop_remainder=True).prefetch(2).as_numpy_iterator()
+
+
+def _copy_atomic(source: pathlib.Path, target: pathlib.Path) -> None:
+    """Copy a file so that `target` is never seen half written."""
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    os.close(fd)
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
