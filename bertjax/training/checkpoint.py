@@ -34,11 +34,10 @@ class Checkpointer:
     """Keeps the last `keep` checkpoints of a run under `<workdir>/checkpoints`."""
 
     def __init__(self, workdir: str | os.PathLike, keep: int = 3, async_save: bool = True,
-                 read_only: bool = False):
+                 create: bool = True):
         self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=not read_only, read_only=read_only,
-            enable_async_checkpointing=async_save,
+            max_to_keep=keep, create=create, enable_async_checkpointing=async_save
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
 
@@ -122,7 +121,7 @@ def restore_params(path: str | os.PathLike, abstract_params: Any
     trained model: generation, embedding and fine-tuning.
     """
     workdir, step = resolve(path)
-    checkpointer = Checkpointer(workdir, read_only=True, async_save=False)
+    checkpointer = Checkpointer(workdir, async_save=False, create=False)
     try:
         steps = checkpointer.manager.all_steps()
         if step is None:
