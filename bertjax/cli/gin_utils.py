@@ -2,7 +2,6 @@
 one-line errors for bad syntax and for bindings nothing reads."""
 
 import difflib
-import logging
 import pathlib
 import tokenize
 from typing import Any
@@ -47,11 +46,18 @@ def rewrite_gin_args(argv: list[str]) -> list[str]:
     return out
 
 
-def resolve(path: str) -> str:
-    """A gin file as given (relative to the working directory), else bertjax's own copy."""
+def _find_config(path: str) -> pathlib.Path | None:
     for candidate in (pathlib.Path(path), *(root / path for root in config_roots())):
         if candidate.is_file():
-            return str(candidate)
+            return candidate
+    return None
+
+
+def resolve(path: str) -> str:
+    """A gin file as given (relative to the working directory), else bertjax's own copy."""
+    found = _find_config(path)
+    if found is not None:
+        return str(found)
     names = sorted({p.relative_to(root).as_posix() for root in config_roots()
                     for p in (root / "configs" / "experiments").glob("*.gin")})
     close = difflib.get_close_matches(path, names, n=1)
@@ -59,12 +65,15 @@ def resolve(path: str) -> str:
     raise ConfigError(f"gin file {path!r} not found: {hint}choose one of {', '.join(names)}")
 
 
-class _DropSearchPathMisses(logging.Filter):
-    """gin's package-resource reader logs 'Path not found' (at ERROR) for every search path
-    an include is not under, before the next search path finds it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Path not found")
+def _use_bertjax_configs() -> None:
+    """Let gin open `include 'configs/...'` from the working directory, else from bertjax's own
+    configs. Put first among gin's file readers (a private list; gin-config is pinned): its
+    package-resource reader would otherwise log 'Path not found' for each miss, and fails when
+    `configs` happens to be importable as a namespace package."""
+    reader = (lambda path: open(_find_config(path), encoding="utf-8"),
+              lambda path: _find_config(path) is not None)
+    if gin.config._FILE_READERS[0][0].__module__ != __name__:
+        gin.config._FILE_READERS.insert(0, reader)
 
 
 def parse(gin_files: list[str], bindings: list[str]) -> None:
@@ -73,10 +82,7 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
     Includes such as `include 'configs/models/bert_tiny.gin'` resolve against the working
     directory first, then bertjax's own configs.
     """
-    for root in config_roots():
-        if str(root) not in gin.config._LOCATION_PREFIXES:  # private list; gin-config is pinned
-            gin.add_config_file_search_path(str(root))
-    logging.getLogger().addFilter(_DropSearchPathMisses())
+    _use_bertjax_configs()
     files = [resolve(f) for f in gin_files]
     try:
         gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)

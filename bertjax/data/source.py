@@ -199,9 +199,11 @@ class Source:
             return
         if resumed:  # a resumed run keeps the ids it trained with
             self._files = kept
-        elif jax.process_count() > 1:  # each host would learn from its own documents
-            raise DataError(f"a multi-host run cannot learn its vocabulary: learn it once on one "
-                            f"host and set {self.setting}.vocab to the files it wrote")
+        elif jax.process_count() > 1 and self.corpus_name.startswith("tfds:"):
+            # each host reads its own share of a TFDS corpus, so each would learn another one
+            raise DataError(f"a multi-host run cannot learn its vocabulary from a TFDS corpus: "
+                            f"learn it once on one host and set {self.setting}.vocab to the files "
+                            "it wrote")
         else:
             self._staging = tempfile.TemporaryDirectory(prefix="bertjax-vocab-")
             staging = pathlib.Path(self._staging.name)

@@ -60,12 +60,12 @@ def _task(kind, n, rng):
     return encode(kind, examples, labels, ft_gpt.special_tokens(CONFIG), 16)
 
 
-def _accuracy(kind, lm_coef, pretrained=None):
+def _accuracy(kind, lm_coef, workdir, pretrained=None):
     rng = np.random.default_rng(0)
     train, test = _task(kind, 512, rng), _task(kind, 256, rng)
     ft = ft_gpt.FinetuneConfig(kind, 2, lm_coef=lm_coef, learning_rate=3e-3, batch_size=32,
                                epochs=6, warmup_fraction=0.05, classifier_dropout=0.0)
-    params, history = ft_gpt.finetune(CONFIG, pretrained, train, ft)
+    params, history = ft_gpt.finetune(CONFIG, pretrained, train, ft, workdir)
     assert ("lm_loss" in history[-1]) == (lm_coef > 0)
     logits = ft_gpt.predict(CONFIG, params, test, ft)
     return float((logits.argmax(-1) == test["label"]).mean())
@@ -74,17 +74,17 @@ def _accuracy(kind, lm_coef, pretrained=None):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["classification", "entailment", "similarity",
                                   "multiple_choice"])
-def test_each_input_transformation_learns_a_small_task(kind):
-    accuracy = _accuracy(kind, lm_coef=0.5)
+def test_each_input_transformation_learns_a_small_task(kind, tmp_path):
+    accuracy = _accuracy(kind, lm_coef=0.5, workdir=tmp_path)
     print(f"\n{kind}: held-out accuracy {accuracy:.3f}")
     assert accuracy > 0.85  # chance is 0.5 (0.33 for three choices)
 
 
 @pytest.mark.slow
-def test_without_the_auxiliary_lm_objective_and_from_pretrained_weights():
+def test_without_the_auxiliary_lm_objective_and_from_pretrained_weights(tmp_path):
     pretrained = nn.unbox(jax.jit(lambda k: GptLM(CONFIG).init(k, jnp.zeros((1, 4), jnp.int32)))(
         jax.random.key(1))["params"])
-    accuracy = _accuracy("classification", lm_coef=0.0, pretrained=pretrained)
+    accuracy = _accuracy("classification", lm_coef=0.0, workdir=tmp_path, pretrained=pretrained)
     print(f"\nclassification, lambda 0, from a GptLM's weights: {accuracy:.3f}")
     assert accuracy > 0.85
 

@@ -18,6 +18,6 @@ def test_quickstart_notebook_runs(monkeypatch, tmp_path, capsys):
         if cell["cell_type"] == "code":
             exec(compile("".join(cell["source"]), str(NOTEBOOK), "exec"), namespace)  # noqa: S102
     assert namespace["features"].shape == (2, 16, 4 * 384)
-    assert namespace["summary"]["step"] == 40
+    assert namespace["result"].step == 40
     out = capsys.readouterr().out
     assert "cosine(bank@river, bank@money)" in out
