@@ -9,6 +9,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -31,3 +32,27 @@ def wikitext_valid() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def bert_sample() -> pathlib.Path:
     return shared_file("bert-sample/sample_text.txt")
+
+
+def word_id_documents(path: pathlib.Path) -> tuple[list, int]:
+    """(documents, vocab size): word-level ids (>= 5) per sentence; paragraphs are documents."""
+    vocab: dict[str, int] = {}
+    documents = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            documents.append([
+                np.array([vocab.setdefault(w, len(vocab) + 5) for w in s.split()], np.int32)
+                for s in line.split(" . ")
+            ])
+    return documents, len(vocab) + 5
+
+
+_WORDS: dict = {}
+
+
+@pytest.fixture
+def wikitext_words(wikitext_valid):
+    """WikiText-2 valid as word-id documents and the vocabulary size (read once)."""
+    if "words" not in _WORDS:
+        _WORDS["words"] = word_id_documents(wikitext_valid)
+    return _WORDS["words"]

@@ -11,16 +11,15 @@ and reported, and the exit status is then 1 (the other lines are still written).
 """
 
 import logging
-import os
 import pathlib
 import sys
-import tempfile
 
 import numpy as np
 from absl import flags
 
 from bertjax.cli import runner
 from bertjax.data.corpora import is_binary
+from bertjax.files import atomic_file
 from bertjax.inference.elmo import ElmoEmbedder, EmbedError
 
 FLAGS = flags.FLAGS
@@ -99,16 +98,8 @@ def embed_lines(embedder: ElmoEmbedder, sentences: list[str], layers: str,
 
 def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """np.savez to a temporary file, then rename: no half-written output."""
-    target = pathlib.Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".npz")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, target)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def embed_file(checkpoint: str | None, input_path: str | None, output: str | None,

@@ -20,10 +20,11 @@ import heapq
 import json
 import os
 import pathlib
-import tempfile
 from collections.abc import Iterable, Sequence
 
 import regex
+
+from bertjax.files import write_text
 
 END_OF_TEXT = "<|endoftext|>"
 # GPT-2's pre-tokenizer (openai/gpt-2 encoder.py; the `tokenizers` ByteLevel default).
@@ -176,9 +177,9 @@ class ByteLevelBPE:
         """Write vocab.json and merges.txt into `directory` (atomically)."""
         directory = pathlib.Path(directory)
         vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
-        _write_atomic(vocab_path, json.dumps(self.vocab, ensure_ascii=False))
+        write_text(vocab_path, json.dumps(self.vocab, ensure_ascii=False))
         lines = ["#version: 0.2", *(f"{a} {b}" for a, b in self.merges())]
-        _write_atomic(merges_path, "\n".join(lines) + "\n")
+        write_text(merges_path, "\n".join(lines) + "\n")
         return vocab_path, merges_path
 
 
@@ -205,14 +206,6 @@ def read_merges(path: str | os.PathLike) -> list[tuple[str, str]]:
             raise BpeError(f"{path}: line {n} is not 'a b': pass GPT-2's merges.txt")
         merges.append((parts[0], parts[1]))
     return merges
-
-
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------- learning

@@ -17,10 +17,11 @@ import os
 import pathlib
 import re
 import sysconfig
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 
 from absl import logging
+
+from bertjax.files import atomic_file
 
 FORMATS = ("bert", "plain")
 
@@ -162,20 +163,11 @@ def write_bert_format(documents: Iterable[Sequence[str]], path: str | os.PathLik
     Whitespace inside a sentence (newlines included) becomes single spaces, so each
     sentence stays on one line; empty sentences and documents are dropped.
     """
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            for document in documents:
-                lines = [" ".join(s.split()) for s in document]
-                lines = [line for line in lines if line]
-                if lines:
-                    f.write("\n".join(lines) + "\n\n")
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        for document in documents:
+            lines = [line for line in (" ".join(s.split()) for s in document) if line]
+            if lines:
+                f.write("\n".join(lines) + "\n\n")
 
 
 # ---------------------------------------------------------------- stdlib documentation

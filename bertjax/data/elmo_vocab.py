@@ -20,10 +20,11 @@ import collections
 import os
 import pathlib
 import re
-import tempfile
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+
+from bertjax.files import write_text
 
 EOS, BOS, UNK = "</S>", "<S>", "<UNK>"
 SPECIAL_TOKENS = (EOS, BOS, UNK)  # bilm-tf's first three lines
@@ -81,12 +82,7 @@ def learn_vocabulary(
 
 def write_vocab(tokens: Sequence[str], path: str | os.PathLike) -> None:
     """One token per line, written atomically."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-        f.write("\n".join(tokens) + "\n")
-    os.replace(tmp, path)
+    write_text(path, "\n".join(tokens) + "\n")
 
 
 def read_vocab(path: str | os.PathLike) -> list[str]:

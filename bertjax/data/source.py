@@ -45,6 +45,7 @@ import seqio
 import tensorflow as tf
 
 from bertjax.data import corpora
+from bertjax.files import atomic_file
 
 Example = dict[str, np.ndarray]
 FeatureSpec = dict[str, tuple[tuple[int, ...], type]]
@@ -269,7 +270,5 @@ class Source:
 
 def _copy_atomic(source: pathlib.Path, target: pathlib.Path) -> None:
     """Copy a file so that `target` is never seen half written."""
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    shutil.copyfile(source, tmp)
-    os.replace(tmp, target)
+    with atomic_file(target, "wb") as f, open(source, "rb") as original:
+        shutil.copyfileobj(original, f)

@@ -26,7 +26,6 @@ import collections
 import heapq
 import os
 import pathlib
-import tempfile
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 
@@ -34,6 +33,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 import tensorflow_text as tf_text
+
+from bertjax.files import write_text
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)
@@ -75,12 +76,7 @@ def write_vocab(tokens: Sequence[str], path: str | os.PathLike) -> None:
     bad = [t for t in tokens if not t or "\n" in t or "\r" in t]
     if bad:
         raise ValueError(f"write_vocab({path}): token {bad[0]!r} is empty or holds a newline")
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-        f.write("".join(t + "\n" for t in tokens))
-    os.replace(tmp, path)
+    write_text(path, "".join(t + "\n" for t in tokens))
 
 
 # ---------------------------------------------------------------- python basic tokenizer

@@ -20,7 +20,7 @@ import numpy as np
 import optax
 
 from bertjax.models.bert import BertConfig, BertModel
-from bertjax.objectives.objective import Objective
+from bertjax.objectives.objective import Objective, init_from_batch
 
 Array = jax.Array
 
@@ -111,13 +111,7 @@ def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2) -> Objec
     """The head's objective for the shared training loop: init, loss and batch shapes."""
     model = BertHead(config, kind, num_labels)
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
-        return model.init(
-            {"params": rng, "dropout": rng},
-            batch["input_ids"],
-            batch["segment_ids"],
-            batch["input_mask"],
-        )
+    init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
 
     def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         outputs = model.apply(

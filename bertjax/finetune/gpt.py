@@ -32,7 +32,7 @@ from bertjax.data.arrays import ArraySource
 from bertjax.finetune.gpt_inputs import SpecialTokens, check_kind
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.objectives.lm import lm_loss
-from bertjax.objectives.objective import Objective
+from bertjax.objectives.objective import Objective, init_from_batch
 from bertjax.training import loop
 from bertjax.training.experiment import Experiment
 from bertjax.training.mesh import make_mesh
@@ -147,10 +147,6 @@ def gpt_finetuning(config: GptConfig, ft: FinetuneConfig) -> Objective:
     model = GptClassifier(extended_config(config), ft.kind, ft.num_classes,
                           ft.classifier_dropout)
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
-        return model.init({"params": rng, "dropout": rng}, batch["input_ids"],
-                          batch["input_mask"])
-
     def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return finetune_loss(params, batch, rng, model, ft.lm_coef)
 
@@ -162,6 +158,7 @@ def gpt_finetuning(config: GptConfig, ft: FinetuneConfig) -> Objective:
                 "label": np.zeros((batch_size,), np.float32)}
 
     progress = (("loss", "loss"), ("accuracy", "acc"))
+    init_variables = init_from_batch(model, "input_ids", "input_mask")
     return Objective(f"gpt_{ft.kind}", "gpt", extended_config(config), model, init_variables,
                      loss_fn, example_batch, progress)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -145,9 +144,3 @@ def _cut(text: str, stop: Sequence[str]) -> str:
     """Text before the first occurrence of any stop string."""
     cuts = [text.find(s) for s in stop if s and s in text]
     return text[:min(cuts)] if cuts else text
-
-
-def load_tokenizer(directory: str | os.PathLike) -> ByteLevelBPE:
-    """vocab.json + merges.txt of a directory (a workdir or a GPT-2 download)."""
-    directory = pathlib.Path(directory)
-    return ByteLevelBPE.from_files(directory / "vocab.json", directory / "merges.txt")

@@ -23,13 +23,8 @@ import numpy as np
 
 from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
 from bertjax.data.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
-from bertjax.models.elmo import (
-    FAMILY,
-    ElmoBiLM,
-    ElmoConfig,
-    abstract_params,
-    layer_representations,
-)
+from bertjax.models import elmo
+from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations
 from bertjax.training.checkpoint import load_trained
 from bertjax.training.workdir import tokenizer_file
 
@@ -81,7 +76,7 @@ class ElmoEmbedder:
         if not path.exists():
             raise EmbedError(f"checkpoint {path} does not exist: pass --checkpoint=WORKDIR of an "
                              "ELMo bertjax-train run")
-        trained = load_trained(path, FAMILY, "bertjax-embed", abstract_params)
+        trained = load_trained(path, elmo.FAMILY, "bertjax-embed", elmo.abstract_params)
         config, params = trained.config, trained.params
         run_vocab = tokenizer_file(trained.workdir, trained.record, "vocab")
         expected = ElmoVocabulary(run_vocab).tokens if run_vocab.is_file() else None

@@ -145,15 +145,9 @@ class GptLM(nn.Module):
         """Projection onto the vocabulary with the token embedding table (tied)."""
         return self.token_embeddings.attend(h_BxLxE.astype(self.config.transformer.weight_dtype))
 
-    def __call__(
-        self,
-        input_ids_BxL: Array,
-        input_mask: Array | None = None,
-        position_ids_BxL: Array | None = None,
-        deterministic: bool = True,
-        decode: bool = False,
-    ) -> Array:
-        h_BxLxE, _ = self.hidden(input_ids_BxL, input_mask, position_ids_BxL, deterministic, decode)
+    def __call__(self, *args: Any, **kwargs: Any) -> Array:
+        """Next-token logits [B, L, V]; the arguments are `hidden`'s."""
+        h_BxLxE, _ = self.hidden(*args, **kwargs)
         return self.logits(h_BxLxE)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import optax
 
 from bertjax.models.gpt import GptConfig, GptLM
-from bertjax.objectives.objective import Objective
+from bertjax.objectives.objective import Objective, init_from_batch
 
 Array = jax.Array
 
@@ -71,12 +71,9 @@ def gpt_pretraining(config: GptConfig) -> Objective:
     """GPT / GPT-2 next-token pretraining for the training loop."""
     model = GptLM(config)
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
-        return model.init({"params": rng, "dropout": rng}, batch["input_ids"])
-
     def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return gpt_lm_loss(params, batch, rng, model.apply)
 
     progress = (("loss", "loss"), ("perplexity", "ppl"), ("lm_accuracy", "acc"))
-    return Objective("gpt_pretraining", "gpt", config, model, init_variables, loss_fn,
-                     example_lm_batch, progress)
+    return Objective("gpt_pretraining", "gpt", config, model, init_from_batch(model, "input_ids"),
+                     loss_fn, example_lm_batch, progress)

@@ -61,3 +61,12 @@ class Objective:
     def config_name(self) -> str:
         """The gin name of the model config (`bert_config`), for messages."""
         return getattr(self.config, "BUILDER", f"{self.family}_config")
+
+
+def init_from_batch(model: nn.Module, *features: str) -> Callable[[Array, dict], Any]:
+    """init_variables(rng, batch) calling `model.init` on the batch's `features`, in order."""
+
+    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+        return model.init({"params": rng, "dropout": rng}, *(batch[f] for f in features))
+
+    return init_variables

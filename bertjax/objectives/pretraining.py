@@ -10,7 +10,7 @@ import numpy as np
 from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.objectives.mlm import mlm_loss
 from bertjax.objectives.nsp import nsp_loss
-from bertjax.objectives.objective import Objective
+from bertjax.objectives.objective import Objective, init_from_batch
 
 Array = jax.Array
 
@@ -46,14 +46,9 @@ def bert_pretraining(config: BertConfig, use_nsp: bool = True) -> Objective:
     """BERT's MLM (+ NSP) pretraining objective for the training loop."""
     model = BertForPreTraining(config)
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
-        return model.init(
-            {"params": rng, "dropout": rng},
-            batch["input_ids"],
-            batch["segment_ids"],
-            batch["input_mask"],
-            batch["masked_lm_positions"],
-        )
+    init_variables = init_from_batch(
+        model, "input_ids", "segment_ids", "input_mask", "masked_lm_positions"
+    )
 
     def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp)

@@ -149,14 +149,14 @@ class PhaseReport:
     num_params: int
     num_devices: int
     hbm_bytes: int
-    memory: MemoryUse | None
-    required_bytes: int | None
-    flops: float
-    bytes_accessed: float
-    compute_seconds: float  # flops at peak
-    memory_seconds: float  # bytes_accessed at peak HBM bandwidth
-    xla_seconds: float | None  # the TPU compiler's own estimate of the step time
     compile_seconds: float
+    memory: MemoryUse | None
+    required_bytes: int | None = None
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    compute_seconds: float = 0.0  # flops at peak
+    memory_seconds: float = 0.0  # bytes_accessed at peak HBM bandwidth
+    xla_seconds: float | None = None  # the TPU compiler's own estimate of the step time
 
     @property
     def fits(self) -> bool:
@@ -216,18 +216,11 @@ def lower_train_step(trainer: Trainer, spec: dict[str, tuple]) -> jax.stages.Low
         return trainer.step.jitted.lower(trainer.abstract_state, batch)
 
 
-def lower_phase(
-    objective: Objective,
-    tx: optax.GradientTransformation,
-    mesh: Mesh,
-    batch_size: int,
-    seq_length: int,
-    seed: int = 0,
-    accum_steps: int = 1,
-    rules: Sequence = DEFAULT_RULES,
-) -> tuple[jax.stages.Lowered, int]:
+def lower_phase(objective: Objective, tx: optax.GradientTransformation, mesh: Mesh,
+                batch_size: int, seq_length: int, **trainer_options: Any
+                ) -> tuple[jax.stages.Lowered, int]:
     """(the train step lowered at one sequence length, its parameter count)."""
-    trainer = build_trainer(objective, tx, mesh, batch_size, seq_length, seed, accum_steps, rules)
+    trainer = build_trainer(objective, tx, mesh, batch_size, seq_length, **trainer_options)
     num_params = sum(x.size for x in jax.tree.leaves(trainer.abstract_state.params))
     spec = batch_spec(objective, batch_size, seq_length)
     return lower_train_step(trainer, spec), num_params
@@ -244,21 +237,12 @@ def compile_and_measure(lowered: jax.stages.Lowered, accel: Accelerator) -> dict
     except jax.errors.JaxRuntimeError as err:
         if "RESOURCE_EXHAUSTED" not in str(err):
             raise
-        return dict(
-            memory=None,
-            required_bytes=required_bytes(str(err)),
-            flops=0.0,
-            bytes_accessed=0.0,
-            compute_seconds=0.0,
-            memory_seconds=0.0,
-            xla_seconds=None,
-            compile_seconds=time.perf_counter() - start,
-        )
+        return dict(memory=None, required_bytes=required_bytes(str(err)),
+                    compile_seconds=time.perf_counter() - start)
     cost = _cost(compiled)
     flops, traffic = float(cost.get("flops", 0.0)), float(cost.get("bytes accessed", 0.0))
     return dict(
         memory=memory_use(compiled),
-        required_bytes=None,
         flops=flops,
         bytes_accessed=traffic,
         compute_seconds=flops / accel.peak_flops,
@@ -290,7 +274,8 @@ def compile_phases(
     accel = accelerator_of(list(mesh.devices.flat))
     plan = phase_plan(num_steps, seq_phases)
     lowered = [
-        lower_phase(objective, tx, mesh, batch_size, length, seed, accum_steps, rules)
+        lower_phase(objective, tx, mesh, batch_size, length, seed=seed, accum_steps=accum_steps,
+                    rules=rules)
         for _, length in plan
     ]
     with concurrent.futures.ThreadPoolExecutor(max(1, min(jobs, len(plan)))) as pool:

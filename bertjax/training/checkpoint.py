@@ -124,24 +124,16 @@ def restore_params(path: str | os.PathLike, abstract_params: Any
     checkpointer = Checkpointer(workdir, async_save=False, create=False)
     try:
         steps = checkpointer.manager.all_steps()
-        if step is None:
-            step = checkpointer.latest_step()
-        if step is None:
+        if not steps:
             raise CheckpointError(f"{checkpointer.directory} holds no finished checkpoint: train "
                                   "for at least train.checkpoint_every steps, or to the end")
+        step = max(steps) if step is None else step
         if step not in steps:
             raise CheckpointError(f"{checkpointer.directory}/{step} is not a checkpoint: pass "
                                   f"one of {', '.join(map(str, sorted(steps)))}")
         return checkpointer.restore_params(abstract_params, step), workdir, step
     finally:
         checkpointer.close()
-
-
-def single_device(abstract_tree: Any) -> Any:
-    """`abstract_tree`'s shapes and dtypes, placed on the first local device."""
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-                        abstract_tree)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,5 +158,8 @@ def load_trained(path: str | os.PathLike, family: str, tool: str,
     workdir, _ = resolve(path)
     record = workdir_lib.expect_family(workdir, family, tool)
     config = workdir_lib.model_config(record, **config_overrides)
-    params, workdir, step = restore_params(path, single_device(abstract_params(config)))
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                          abstract_params(config))
+    params, workdir, step = restore_params(path, shapes)
     return TrainedModel(workdir, step, record, config, params)

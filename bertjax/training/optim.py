@@ -79,10 +79,3 @@ def make_optimizer(
     if clip_norm:
         opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)
     return opt
-
-
-def learning_rate_at(
-    step: int | jax.Array, learning_rate: float, warmup_steps: int, total_steps: int
-) -> jax.Array:
-    """The scheduled learning rate at `step` (for logging)."""
-    return warmup_linear_decay(learning_rate, warmup_steps, total_steps)(step)

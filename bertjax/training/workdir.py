@@ -18,6 +18,8 @@ import os
 import pathlib
 from typing import Any
 
+from bertjax.files import write_text
+
 RECORD = "model.json"
 
 
@@ -28,15 +30,12 @@ class RecordError(ValueError):
 def write_record(workdir: str | os.PathLike, family: str, objective: str, config: Any,
                  tokenizer: dict[str, Any]) -> None:
     """Write WORKDIR/model.json (atomically) for `config`, a family config dataclass."""
-    path = pathlib.Path(workdir) / RECORD
-    path.parent.mkdir(parents=True, exist_ok=True)
     cls = type(config)
     payload = {"family": family, "objective": objective,
                "config_class": f"{cls.__module__}.{cls.__qualname__}",
                "config": dataclasses.asdict(config), "tokenizer": tokenizer}
-    tmp = path.with_name(f".{RECORD}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
+    write_text(pathlib.Path(workdir) / RECORD, text)
 
 
 def read_record(workdir: str | os.PathLike) -> dict[str, Any]:

@@ -1,18 +1,34 @@
-"""bertjax-train end to end: a tiny run, its resume, and one clear line for each bad input."""
+"""bertjax-train end to end: a tiny run, its resume, and one clear line (exit 2, workdir
+untouched) for each bad input; what every tool does for a user: --help, the backend line,
+a quiet start."""
 
 import hashlib
 import os
 import pathlib
 import subprocess
 import sys
+from importlib.metadata import distribution
 
 import pytest
 
+import bertjax.cli as cli_package
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXPERIMENT = "configs/experiments/bert_tiny_cpu.gin"
+CONSOLE_SCRIPTS = {
+    ep.name: ep.value.split(":")[0]
+    for ep in distribution("bertjax").entry_points
+    if ep.group == "console_scripts"
+}
 
 
-def run_cli(workdir, *bindings, gin_file=EXPERIMENT, corpus=None):
+def run_module(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+
+
+
+def run_cli(workdir, *bindings, gin_file=EXPERIMENT, corpus=None, cwd=REPO):
     args = [
         sys.executable,
         "-m",
@@ -29,15 +45,17 @@ def run_cli(workdir, *bindings, gin_file=EXPERIMENT, corpus=None):
         args.append(f"--gin.bert_pretraining_source.corpus='{corpus}'")
     args += list(bindings)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def error_line(result):
-    """The single `bertjax-train: error:` line, checked to be the only one."""
-    lines = [line for line in result.stderr.splitlines() if "bertjax-train: error:" in line]
+def error_line(result, program="bertjax-train"):
+    """The single `PROGRAM: error:` line; stderr holds nothing else but the backend line."""
     assert result.returncode == 2, result.stderr[-3000:]
-    assert len(lines) == 1, result.stderr[-3000:]
-    return lines[0]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(f"{program}: error:")]
+    others = [line for line in lines if not line.startswith(f"{program}: JAX backend")]
+    assert len(errors) == 1 and others == errors, result.stderr[-3000:]
+    return errors[0]
 
 
 def tree_digest(path):
@@ -129,3 +147,111 @@ def test_checkpoint_of_another_model_size_is_refused_and_kept(trained, bert_samp
     )
     assert "does not match the configured model" in line
     assert tree_digest(trained / "checkpoints") == before
+
+
+@pytest.mark.parametrize("script", sorted(CONSOLE_SCRIPTS))
+def test_help_prints_the_description_and_the_tools_flags(script):
+    result = run_module(CONSOLE_SCRIPTS[script], "--help")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(f"{script}:"), result.stdout[:300]
+    assert "USAGE" not in result.stdout
+    own_flag = {"bertjax-train": "--workdir", "bertjax-compile": "--jobs",
+                "bertjax-generate": "--prompt", "bertjax-embed": "--input"}[script]
+    assert own_flag in result.stdout
+
+
+def test_start_shows_the_backend_and_no_tensorflow_chatter(trained, bert_sample):
+    result = run_cli(trained, corpus=bert_sample)  # the run is complete: a no-op
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "bertjax-train: JAX backend cpu, 8 device(s)" in result.stderr
+    for chatter in ("cuda drivers", "oneDNN", "absl::InitializeLog", "cpu_feature_guard"):
+        assert chatter not in result.stderr, result.stderr[-3000:]
+
+
+def test_cpu_is_the_default_only_without_an_accelerator(monkeypatch):
+    monkeypatch.setattr(cli_package.glob, "glob", lambda pattern: [])
+    assert not cli_package.has_accelerator()
+    monkeypatch.setattr(cli_package.glob, "glob",
+                        lambda pattern: ["/dev/nvidia0"] if "nvidia" in pattern else [])
+    assert cli_package.has_accelerator()
+    monkeypatch.setattr(cli_package.glob, "glob",
+                        lambda pattern: ["/dev/accel0"] if "accel" in pattern else [])
+    assert cli_package.has_accelerator()
+
+
+def test_misspelled_macro_is_an_error_naming_the_real_one(trained, bert_sample):
+    line = error_line(run_cli(trained, "--gin.num_steps=3", corpus=bert_sample))
+    assert "num_steps" in line and "did you mean NUM_STEPS" in line
+
+
+def test_binding_of_another_experiment_is_an_error(trained, bert_sample):
+    line = error_line(run_cli(trained, "--gin.lm_pretraining_source.corpus='x'",
+                            corpus=bert_sample))
+    assert "lm_pretraining_source.corpus is never read" in line
+
+
+def test_gin_syntax_error_is_one_line(trained):
+    line = error_line(run_cli(trained, "--gin.NUM_STEPS=("))
+    assert "bad gin config" in line
+
+
+@pytest.mark.parametrize("steps", ["0", "-5"])
+def test_non_positive_num_steps_is_refused_and_config_gin_kept(trained, bert_sample, steps):
+    before = (trained / "config.gin").read_bytes()
+    line = error_line(run_cli(trained, f"--gin.NUM_STEPS={steps}", corpus=bert_sample))
+    assert "NUM_STEPS" in line and "positive" in line
+    assert (trained / "config.gin").read_bytes() == before
+
+
+def test_a_complete_run_rerun_keeps_its_config_gin(trained, bert_sample):
+    before = (trained / "config.gin").read_bytes()
+    result = run_cli(trained, "--gin.make_optimizer.learning_rate=0.5", corpus=bert_sample)
+    assert result.returncode == 0 and "no new steps" in result.stdout
+    assert (trained / "config.gin").read_bytes() == before
+
+
+def test_binary_corpora_are_refused(tmp_path):
+    png = tmp_path / "picture.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    for corpus in ("/bin/ls", png):
+        workdir = tmp_path / f"run_{pathlib.Path(corpus).name}"
+        line = error_line(run_cli(workdir, corpus=corpus))
+        assert f"{corpus} is a binary file, not text" in line
+        assert not workdir.exists()
+
+
+def test_workdir_that_is_a_file(tmp_path):
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    line = error_line(run_cli(file))
+    assert "is a file, not a directory" in line
+    assert file.read_text() == "mine"
+
+
+@pytest.mark.parametrize("binding, message", [
+    ("--gin.bert_config.vocab_size=100", "set bert_config.vocab_size >= "),
+    ("--gin.BATCH_SIZE=12", "not divisible by the 8 data-parallel devices"),
+])
+def test_failed_validation_leaves_no_trace(tmp_path, bert_sample, binding, message):
+    workdir = tmp_path / "run"
+    line = error_line(run_cli(workdir, binding, corpus=bert_sample))
+    assert message in line
+    assert not workdir.exists() or not any(workdir.iterdir()), list(workdir.rglob("*"))
+
+
+def test_failed_run_on_an_existing_workdir_changes_nothing(trained, bert_sample):
+    before = tree_digest(trained)
+    error_line(run_cli(trained, "--gin.bert_config.size='mini'", "--gin.NUM_STEPS=4",
+                     corpus=bert_sample))
+    assert tree_digest(trained) == before
+
+
+def test_flag_typo_is_one_line(tmp_path):
+    line = error_line(run_cli(tmp_path, "--num_step=3"))
+    assert "num_step" in line and "--help" in line
+
+
+def test_packaged_configs_are_found_from_another_directory(tmp_path, bert_sample):
+    result = run_cli(tmp_path / "run", corpus=bert_sample, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Path not found" not in result.stderr

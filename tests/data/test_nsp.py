@@ -1,7 +1,6 @@
 """Sentence-pair instances on WikiText-2 (paragraphs as documents, ' . ' as sentence breaks)."""
 
 import bisect
-import functools
 
 import numpy as np
 import pytest
@@ -23,44 +22,26 @@ NUM_INSTANCES = 20_000
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=100)
 
 
-def load_documents(path):
-    """Word-level ids (>= 5) per sentence; paragraphs are documents."""
-    vocab = {}
-    documents = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            documents.append(
-                [
-                    np.array([vocab.setdefault(w, len(vocab) + 5) for w in s.split()], np.int32)
-                    for s in line.split(" . ")
-                ]
-            )
-    return documents
-
-
-@functools.cache
-def _corpus(path):
-    return Corpus(load_documents(path))
-
-
-@functools.cache
-def _instances(path):
-    corpus, rng, out = _corpus(path), np.random.default_rng(0), []
-    while len(out) < NUM_INSTANCES:
-        order = rng.permutation(corpus.num_documents)
-        out.extend(iterate_instances(corpus, order, rng, max_seq_length=MAX_SEQ_LENGTH))
-    return np.array(out[:NUM_INSTANCES])  # [N, 7]
-
-
-# Function-scoped like `wikitext_valid` (which skips without the data); built once per module.
-@pytest.fixture
-def corpus(wikitext_valid):
-    return _corpus(wikitext_valid)
+_CACHE: dict = {}  # built once per module; the fixtures stay function-scoped like
+# `wikitext_valid`, which skips without the data
 
 
 @pytest.fixture
-def instances(wikitext_valid):
-    return _instances(wikitext_valid)
+def corpus(wikitext_words):
+    if "corpus" not in _CACHE:
+        _CACHE["corpus"] = Corpus(wikitext_words[0])
+    return _CACHE["corpus"]
+
+
+@pytest.fixture
+def instances(corpus):
+    if "instances" not in _CACHE:
+        rng, out = np.random.default_rng(0), []
+        while len(out) < NUM_INSTANCES:
+            order = rng.permutation(corpus.num_documents)
+            out.extend(iterate_instances(corpus, order, rng, max_seq_length=MAX_SEQ_LENGTH))
+        _CACHE["instances"] = np.array(out[:NUM_INSTANCES])  # [N, 7]
+    return _CACHE["instances"]
 
 
 def _reference_truncation(len_a, len_b, max_tokens):
@@ -132,39 +113,24 @@ def test_one_pass_covers_the_multi_sentence_documents(corpus):
     assert used / total > 0.99
 
 
+def one_pass(corpus, seed, **options):
+    """The instances of one pass over the documents in order, as rows [N, 7]."""
+    rng = np.random.default_rng(seed)
+    documents = range(corpus.num_documents)
+    return np.array(list(iterate_instances(corpus, documents, rng, max_seq_length=MAX_SEQ_LENGTH,
+                                           **options)))
+
+
 def test_short_seq_prob_shortens_targets(corpus):
     def mean_length(short_seq_prob):
-        rng = np.random.default_rng(2)
-        rows = np.array(
-            list(
-                iterate_instances(
-                    corpus,
-                    range(corpus.num_documents),
-                    rng,
-                    max_seq_length=MAX_SEQ_LENGTH,
-                    short_seq_prob=short_seq_prob,
-                )
-            )
-        )
+        rows = one_pass(corpus, 2, short_seq_prob=short_seq_prob)
         return np.mean(rows[:, 2] - rows[:, 1] + rows[:, 5] - rows[:, 4])
 
     assert mean_length(1.0) < 0.8 * mean_length(0.0)
 
 
 def test_no_nsp_gives_consecutive_single_segments(corpus):
-    rng = np.random.default_rng(3)
-    rows = np.array(
-        list(
-            iterate_instances(
-                corpus,
-                range(corpus.num_documents),
-                rng,
-                max_seq_length=MAX_SEQ_LENGTH,
-                short_seq_prob=0.0,
-                nsp=False,
-            )
-        )
-    )
+    rows = one_pass(corpus, 3, short_seq_prob=0.0, nsp=False)
     assert (rows[:, 3] == -1).all() and (rows[:, 6] == 0).all()
     assert (rows[:, 2] - rows[:, 1]).max() == MAX_SEQ_LENGTH - 2
     assert (rows[:, 2] > rows[:, 1]).all()

@@ -1,6 +1,5 @@
 """The pretraining example stream on WikiText-2: statistics, determinism, resume, shards."""
 
-import functools
 import itertools
 import time
 
@@ -20,25 +19,8 @@ NUM_EXAMPLES = 20_000
 SPECIAL_IDS = (0, 2, 3, 4)  # pad, cls, sep, mask; 1 is [UNK]
 
 
-def load_documents(path):
-    """Word-level ids (>= 5) per sentence; paragraphs are documents."""
-    vocab = {}
-    documents = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            documents.append(
-                [
-                    np.array([vocab.setdefault(w, len(vocab) + 5) for w in s.split()], np.int32)
-                    for s in line.split(" . ")
-                ]
-            )
-    return documents, len(vocab) + 5
-
-
-@functools.cache
-def _corpus(path):
-    documents, vocab_size = load_documents(path)
-    return Corpus(documents), SpecialIds(*SPECIAL_IDS, vocab_size=vocab_size)
+_CACHE: dict = {}  # built once per module; the fixtures stay function-scoped like
+# `wikitext_valid`, which skips without the data
 
 
 def take(stream, n):
@@ -49,25 +31,22 @@ def stack(examples):
     return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
 
 
-@functools.cache
-def _run(path):
-    """The first NUM_EXAMPLES examples of seed 0, stacked, and the seconds they took."""
-    corpus, special = _corpus(path)
-    start = time.perf_counter()
-    examples = take(iterate_examples(corpus, special, seed=0), NUM_EXAMPLES)
-    seconds = time.perf_counter() - start
-    print(f"{NUM_EXAMPLES} dynamic examples in {seconds:.2f} s")
-    return stack(examples)
+@pytest.fixture
+def corpus(wikitext_words):
+    if "corpus" not in _CACHE:
+        documents, vocab_size = wikitext_words
+        _CACHE["corpus"] = Corpus(documents), SpecialIds(*SPECIAL_IDS, vocab_size=vocab_size)
+    return _CACHE["corpus"]
 
 
 @pytest.fixture
-def corpus(wikitext_valid):
-    return _corpus(wikitext_valid)
-
-
-@pytest.fixture
-def run(wikitext_valid):
-    return _run(wikitext_valid)
+def run(corpus):
+    """The first NUM_EXAMPLES examples of seed 0, stacked."""
+    if "run" not in _CACHE:
+        start = time.perf_counter()
+        _CACHE["run"] = stack(take(iterate_examples(*corpus, seed=0), NUM_EXAMPLES))
+        print(f"{NUM_EXAMPLES} dynamic examples in {time.perf_counter() - start:.2f} s")
+    return _CACHE["run"]
 
 
 def assert_equal_examples(a, b):
