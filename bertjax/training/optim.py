@@ -63,8 +63,13 @@ def make_optimizer(
     eps: float = 1e-6,
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
+    frozen: tuple[str, ...] = (),
 ) -> optax.GradientTransformation:
-    """The optimizer for pretraining; `name` is "adamw" (paper) or "lamb" (large batches)."""
+    """The optimizer for pretraining; `name` is "adamw" (paper) or "lamb" (large batches).
+
+    `frozen` names top-level parameter subtrees that are not trained (a pretrained encoder
+    used for features): they get no update and no optimizer state.
+    """
     schedule = warmup_linear_decay(learning_rate, warmup_steps, total_steps)
     if name == "adamw":
         opt = optax.adamw(
@@ -76,6 +81,9 @@ def make_optimizer(
         )
     else:
         raise ValueError(f"unknown optimizer {name!r}: set make_optimizer.name to adamw or lamb")
+    if frozen:
+        labels = lambda params: {k: "frozen" if k in frozen else "train" for k in params}  # noqa: E731
+        opt = optax.multi_transform({"train": opt, "frozen": optax.set_to_zero()}, labels)
     if clip_norm:
         opt = optax.chain(optax.clip_by_global_norm(clip_norm), opt)
     return opt

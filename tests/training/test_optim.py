@@ -107,3 +107,16 @@ def test_adamw_update_shrinks_kernels_only():
         name = names(path)[-1]
         expected = 0.5 if name.endswith("kernel") or name == "embedding" else 1.0
         np.testing.assert_allclose(value, expected, err_msg=str(names(path)))
+
+
+def test_frozen_subtrees_get_no_update_and_no_state():
+    params = {"encoder": {"kernel": jnp.ones((3, 3))}, "head": {"kernel": jnp.ones((3, 2))}}
+    tx = make_optimizer(learning_rate=0.1, warmup_steps=0, total_steps=10, clip_norm=1.0,
+                        frozen=("encoder",))
+    state = tx.init(params)
+    grads = jax.tree.map(jnp.ones_like, params)
+    updates, _ = tx.update(grads, state, params)
+    assert float(jnp.abs(updates["encoder"]["kernel"]).max()) == 0.0
+    assert float(jnp.abs(updates["head"]["kernel"]).min()) > 0.0
+    sizes = [x.size for x in jax.tree.leaves(state) if hasattr(x, "size") and x.ndim]
+    assert sum(sizes) == 2 * 3 * 2  # Adam's two moments of the head only
