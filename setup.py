@@ -57,6 +57,7 @@ setup(
             "bertjax-compile=bertjax.cli.compile:run",
             "bertjax-generate=bertjax.cli.generate:run",
             "bertjax-embed=bertjax.cli.embed:run",
+            "bertjax-finetune=bertjax.cli.finetune:run",
         ]
     },
 )

@@ -8,6 +8,7 @@ import gin
 from bertjax.data.elmo_pipeline import ElmoSource
 from bertjax.data.lm import LmPretrainingSource
 from bertjax.data.pipeline import BertPretrainingSource
+from bertjax.finetune.recipe import Recipe
 from bertjax.models.bert import bert_config
 from bertjax.models.elmo import elmo_config
 from bertjax.models.gpt import gpt_config
@@ -28,6 +29,7 @@ gin.external_configurable(make_mesh, module=MODULE)
 gin.external_configurable(make_optimizer, module=MODULE)
 gin.external_configurable(adagrad_optimizer, module=MODULE)
 gin.external_configurable(CompileTarget, "aot_compile", module=MODULE)
+gin.external_configurable(Recipe, "finetune", module=MODULE)  # bertjax-finetune's recipes
 
 # BERT
 gin.external_configurable(bert_config, module=MODULE)

@@ -37,8 +37,16 @@ def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
     )
 
 
+KINDS = ("classify", "regress", "choice", "tag", "span")
+
+
 class BertHead(nn.Module):
-    """Encoder + one task head; `kind` is "classify", "tag" or "span"."""
+    """Encoder + one task head; `kind` is one of KINDS.
+
+    classify: [CLS] -> num_labels logits;  regress: [CLS] -> one score;  choice: inputs [B, K, L]
+    (one sequence per choice), [CLS] -> one score per choice, [B, K];  tag: every token ->
+    num_labels logits;  span: every token -> start and end logits (extractive QA).
+    """
 
     config: BertConfig
     kind: str
@@ -48,13 +56,19 @@ class BertHead(nn.Module):
     def __call__(
         self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True
     ) -> Array:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown head {self.kind!r}: use one of {', '.join(KINDS)}")
+        shape = input_ids.shape  # [B, L], or [B, K, L] for choice
+        flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731
         outputs = BertModel(self.config, name="bert")(
-            input_ids, segment_ids, input_mask, deterministic=deterministic
+            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic=deterministic
         )
         dropout = nn.Dropout(self.config.transformer.dropout_rate)
-        if self.kind == "classify":
+        if self.kind in ("classify", "regress", "choice"):
             pooled_BxE = dropout(outputs["pooled_output"], deterministic=deterministic)
-            return _classifier(self.num_labels, self.config, "classifier")(pooled_BxE)
+            features = self.num_labels if self.kind == "classify" else 1
+            logits = _classifier(features, self.config, "classifier")(pooled_BxE)
+            return logits.reshape(shape[:-1]) if self.kind == "choice" else logits
         seq_BxLxE = dropout(outputs["sequence_output"], deterministic=deterministic)
         if self.kind == "tag":
             return _classifier(self.num_labels, self.config, "classifier")(seq_BxLxE)
@@ -62,7 +76,6 @@ class BertHead(nn.Module):
             logits_BxLx2 = _classifier(2, self.config, "span")(seq_BxLxE)
             # padding can never be a start or an end
             return jnp.where(input_mask[..., None] > 0, logits_BxLx2, -1e9)
-        raise ValueError(f"unknown head {self.kind!r}: use classify, tag or span")
 
 
 def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
@@ -78,12 +91,16 @@ def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[A
 def head_loss(kind: str, outputs: Array, batch: dict[str, Array]) -> tuple[Array, dict]:
     """Loss and accuracy of a head's outputs against the batch's labels.
 
-    classify: `label` [B];  tag: `labels` [B, L] with `label_weights` (0 for padding and
-    ignored sub-words);  span: `start_position`, `end_position` [B] (mean of the two losses).
+    classify, choice: `label` [B];  regress: `label` [B] float (squared error);  tag: `labels`
+    [B, L] with `label_weights` (0 for padding and ignored sub-words);  span: `start_position`,
+    `end_position` [B] (mean of the two losses).
     """
-    if kind == "classify":
+    if kind in ("classify", "choice"):
         loss, acc = _xent(outputs, batch["label"])
         return loss, {"loss": loss, "accuracy": acc}
+    if kind == "regress":
+        loss = jnp.mean((outputs[:, 0].astype(jnp.float32) - batch["label"]) ** 2)
+        return loss, {"loss": loss, "mse": loss}
     if kind == "tag":
         loss, acc = _xent(outputs, batch["labels"], batch["label_weights"].astype(jnp.float32))
         return loss, {"loss": loss, "accuracy": acc}
@@ -94,8 +111,10 @@ def head_loss(kind: str, outputs: Array, batch: dict[str, Array]) -> tuple[Array
 
 
 def _label_shapes(kind: str, batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
-    if kind == "classify":
+    if kind in ("classify", "choice"):
         return {"label": np.zeros((batch_size,), np.int32)}
+    if kind == "regress":
+        return {"label": np.zeros((batch_size,), np.float32)}
     if kind == "tag":
         return {
             "labels": np.zeros((batch_size, seq_length), np.int32),
@@ -107,7 +126,8 @@ def _label_shapes(kind: str, batch_size: int, seq_length: int) -> dict[str, np.n
     }
 
 
-def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2) -> Objective:
+def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
+                    num_choices: int = 4) -> Objective:
     """The head's objective for the shared training loop: init, loss and batch shapes."""
     model = BertHead(config, kind, num_labels)
 
@@ -125,11 +145,12 @@ def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2) -> Objec
         return head_loss(kind, outputs, batch)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
-        ints = np.zeros((batch_size, seq_length), np.int32)
+        rows = (batch_size, num_choices) if kind == "choice" else (batch_size,)
+        ints = np.zeros((*rows, seq_length), np.int32)
         inputs = {"input_ids": ints, "segment_ids": ints, "input_mask": ints}
         return {**inputs, **_label_shapes(kind, batch_size, seq_length)}
 
-    metric = "accuracy" if kind != "span" else "start_accuracy"
+    metric = {"span": "start_accuracy", "regress": "mse"}.get(kind, "accuracy")
     progress = (("loss", "loss"), (metric, "acc"))
     return Objective(f"bert_{kind}", "bert", config, model, init_variables, loss_fn,
                      example_batch, progress)

@@ -29,6 +29,7 @@ from bertjax.objectives.objective import Objective
 from bertjax.training import mesh as mesh_lib
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import Checkpointer, abstract_like
+from bertjax.training.evaluation import BestKeeper, Evaluator
 from bertjax.training.experiment import Experiment
 from bertjax.training.metrics import MetricWriter
 from bertjax.training.progress import ProgressBar
@@ -211,18 +212,21 @@ def run(
     mesh: Mesh,
     show_progress: bool = True,
     initial_params: Callable[[Any], Any] | None = None,
+    evaluator: Evaluator | None = None,
 ) -> RunResult:
     """Train `exp` to its num_steps, resuming from the newest checkpoint in `workdir`.
 
     The source must be prepared. `initial_params(params) -> params` changes the parameters of
     a fresh run before its first step (a pretrained encoder for fine-tuning); a resumed run
-    takes its own.
+    takes its own. An `evaluator` runs every `evaluator.every` steps and at the end, and the
+    best evaluation's parameters and predictions are kept (see training/evaluation.py).
     """
     workdir = pathlib.Path(workdir)
     check_run(exp, mesh, workdir)
     local_batch = exp.batch_size // jax.process_count()
     checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints)
     writer = MetricWriter(workdir)
+    evaluation = _Evaluation(evaluator, workdir, writer) if evaluator else None
     state, start_step, summary = None, 0, {}
     position = {"phase": 0, "example_index": 0}
     try:
@@ -241,7 +245,7 @@ def run(
             batches = exp.source.batches(position["example_index"], seq_length, local_batch)
             state, position, summary = _train_phase(
                 exp, trainer, state, batches, position, end_step, seq_length, checkpointer,
-                writer, show_progress
+                writer, show_progress, evaluation
             )
         if state is not None and int(state.step) > start_step:
             checkpointer.save(int(state.step), state, position, force=True)
@@ -249,6 +253,9 @@ def run(
         checkpointer.close()
         writer.close()
     step = int(state.step) if state is not None else 0
+    if evaluation is not None and evaluation.keeper.results:
+        summary = {**summary, **{f"dev_{k}": v for k, v in
+                                 evaluation.keeper.results.get("final", {}).items()}}
     return RunResult(summary, start_step, step, str(checkpointer.directory), state)
 
 
@@ -284,9 +291,11 @@ def _train_phase(
     checkpointer: Checkpointer,
     writer: MetricWriter,
     show_progress: bool,
+    evaluation: "_Evaluation | None" = None,
 ) -> tuple[TrainState, dict, dict]:
     step, index = int(state.step), position["example_index"]
-    progress = ProgressBar(exp.num_steps, step, exp.objective.progress, enabled=show_progress)
+    labels = exp.objective.progress + (evaluation.labels if evaluation else ())
+    progress = ProgressBar(exp.num_steps, step, labels, enabled=show_progress)
     tokens_per_step = exp.batch_size * seq_length
     last_time, last_step, scalars = time.perf_counter(), step, {}
     while step < end_step:
@@ -303,7 +312,26 @@ def _train_phase(
             last_time, last_step = now, step
         else:
             progress.update(step, None)
+        if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
+            progress.note(evaluation(step, state))
         if step % exp.checkpoint_every == 0 and step < exp.num_steps:
             checkpointer.save(step, state, position)
     progress.close()
     return state, position, scalars
+
+
+class _Evaluation:
+    """An Evaluator bound to a run: evaluates, logs dev metrics, keeps the best."""
+
+    def __init__(self, evaluator: Evaluator, workdir: pathlib.Path, writer: MetricWriter):
+        self.evaluator, self.writer = evaluator, writer
+        self.keeper = BestKeeper(workdir, evaluator.main_metric)
+        self.every = evaluator.every
+        self.labels = ((f"dev_{evaluator.main_metric}", f"dev_{evaluator.main_metric[:6]}"),)
+
+    def __call__(self, step: int, state: TrainState) -> dict[str, float]:
+        result = self.evaluator.evaluate(state)
+        self.keeper.record(step, result, state.params)
+        scalars = {f"dev_{k}": v for k, v in result.metrics.items()}
+        self.writer.write(step, scalars)
+        return scalars

@@ -13,6 +13,7 @@ class ProgressBar:
         self, total: int, initial: int, labels: tuple[tuple[str, str], ...], enabled: bool = True
     ):
         self.labels = labels
+        self.shown: dict[str, float] = {}  # the last values, kept until replaced
         self.bar = None
         if enabled and jax.process_index() == 0:
             self.bar = tqdm(
@@ -24,13 +25,19 @@ class ProgressBar:
                 smoothing=0.1,
             )
 
+    def note(self, scalars: dict[str, float]) -> None:
+        """Show `scalars` (e.g. the last evaluation's) beside the training metrics."""
+        self.update(self.bar.n if self.bar else 0, scalars)
+
     def update(self, step: int, scalars: dict[str, float] | None) -> None:
         if self.bar is None:
             return
         self.bar.update(step - self.bar.n)
         if scalars:
-            postfix = {label: f"{scalars[key]:.4f}" for key, label in self.labels if key in scalars}
-            postfix["tok/s"] = f"{scalars.get('tokens_per_second', 0):,.0f}"
+            self.shown.update(scalars)
+            shown = self.shown
+            postfix = {label: f"{shown[key]:.4f}" for key, label in self.labels if key in shown}
+            postfix["tok/s"] = f"{shown.get('tokens_per_second', 0):,.0f}"
             self.bar.set_postfix(postfix, refresh=True)
 
     def close(self) -> None:

@@ -1,0 +1,122 @@
+"""bertjax-finetune: fine-tune (or train a feature-based task model on) a pretrained BERT, GPT
+or ELMo for a downstream task; evaluate on a dev set; re-running resumes.
+
+    bertjax-finetune --gin_file=configs/finetune/bert_classification.gin \
+        --init=<bertjax workdir | Hugging Face model dir | OPTIONS.json,WEIGHTS.hdf5> \
+        --train=train.tsv --eval=dev.tsv --workdir=/tmp/sst2 [--gin.finetune.epochs=2]
+
+The recipe (configs/finetune/) names the family, the task type and the hyper-parameters.
+--train / --eval are files (GLUE TSV, CSV, JSON lines, CoNLL columns, SQuAD JSON, SWAG CSV) or
+tfds:NAME[:SPLIT]. The run is evaluated every finetune.eval_every steps and at its end; the
+best checkpoint by the task's main metric is kept in WORKDIR/best, with WORKDIR/eval_results.json
+and WORKDIR/predictions.jsonl (one line per dev example: id, prediction, gold).
+"""
+
+import json
+import math
+import pathlib
+import time
+
+import gin
+import jax
+from absl import flags
+
+from bertjax.cli import gin_utils, runner
+from bertjax.cli.train import check_workdir
+from bertjax.data.arrays import ArraySource
+from bertjax.data.labelled import read_task
+from bertjax.finetune.evaluate import make_evaluator
+from bertjax.finetune.pretrained import load_pretrained
+from bertjax.finetune.setup import setup_task
+from bertjax.training import loop
+from bertjax.training.evaluation import RESULTS
+from bertjax.training.experiment import Experiment
+from bertjax.training.optim import make_optimizer
+
+PROGRAM = "bertjax-finetune"
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """This tool's flags (defined when it runs: other tools define some of the same names)."""
+    runner.define_gin_flags()
+    string = flags.DEFINE_string
+    for name, help_text in (
+        ("init", "The pretrained model: a bertjax workdir, a Hugging Face model directory, or "
+                 "bilm-tf OPTIONS.json,WEIGHTS.hdf5."),
+        ("train", "Training examples: a file or tfds:NAME[:SPLIT]."),
+        ("eval", "Evaluation (dev) examples: a file or tfds:NAME[:SPLIT]."),
+        ("workdir", "Run directory: checkpoints, best/, eval_results.json, predictions.jsonl; "
+                    "re-running with the same directory resumes."),
+    ):
+        runner.define_once(string, name, None, help_text)
+    runner.define_once(flags.DEFINE_bool, "progress", True, "Show the progress bar.")
+
+
+def finetune(workdir: pathlib.Path, init: str, train_spec: str, eval_spec: str,
+             show_progress: bool = True) -> tuple[loop.RunResult, dict]:
+    """Run the recipe gin has parsed; (the run's result, eval_results.json's contents)."""
+    recipe = gin_utils.configured("finetune")
+    mesh = gin.get_configurable("bertjax.make_mesh")()
+    gin_utils.check_all_read(ignore=("aot_compile",))
+    columns = dict(text_columns=recipe.text_columns, label_column=recipe.label_column)
+    train = read_task(train_spec, recipe.task, **columns, split_hint="train")
+    dev = read_task(eval_spec, recipe.task, **columns, split_hint="validation")
+    model = load_pretrained(init, recipe.family)
+    setup = setup_task(recipe, model, train, dev, eval_spec)
+    n = len(next(iter(setup.train.values())))
+    steps = max(1, math.ceil(recipe.epochs * n / recipe.batch_size))
+    tx = make_optimizer("adamw", recipe.learning_rate, math.ceil(recipe.warmup_fraction * steps),
+                        steps, eps=1e-6, weight_decay=recipe.weight_decay, frozen=setup.frozen)
+    length = setup.train["input_ids"].shape[-1] if "input_ids" in setup.train else 1
+    exp = Experiment(setup.objective, ArraySource(setup.train, seed=recipe.seed), tx,
+                     recipe.batch_size, steps, ((1.0, length),), seed=recipe.seed,
+                     log_every=min(10, steps), checkpoint_every=max(1, recipe.eval_every))
+    evaluator = make_evaluator(setup, recipe.task, min(recipe.eval_every, steps),
+                               recipe.batch_size)
+    result = loop.run(exp, workdir, mesh, show_progress, setup.initial_params, evaluator)
+    results_file = workdir / RESULTS
+    results = json.loads(results_file.read_text()) if results_file.is_file() else {}
+    return result, results
+
+
+def summarize(result: loop.RunResult, results: dict, workdir: pathlib.Path,
+              seconds: float) -> str:
+    """The lines a person reads at the end: the dev metrics of the best and last evaluation."""
+    def scores(d: dict) -> str:
+        return json.dumps({k: round(v, 4) for k, v in d.items() if isinstance(v, float)})
+
+    best = dict(results.get("best", {}))
+    lines = [f"steps {result.start_step} -> {result.step} in {seconds:.1f}s"]
+    if best:
+        lines.append(f"best (step {best.pop('step', '?')}): {scores(best)}")
+        lines.append(f"final: {scores(results.get('final', {}))}")
+    lines.append(f"results: {workdir / RESULTS}   predictions: {workdir / 'predictions.jsonl'}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    workdir = check_workdir(FLAGS.workdir)
+    for name in ("gin_file", "init", "train", "eval"):
+        if not FLAGS[name].value:
+            raise gin_utils.ConfigError(
+                f"--{name} is required: {PROGRAM} --gin_file=configs/finetune/RECIPE.gin "
+                "--init=MODEL --train=FILE --eval=FILE --workdir=DIR")
+    runner.announce_backend(PROGRAM)
+    gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+    start = time.perf_counter()
+    result, results = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress)
+    if jax.process_index() == 0:
+        if result.step > result.start_step:
+            (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
+        print(summarize(result, results, workdir, time.perf_counter() - start))
+
+
+def run() -> None:
+    """Console-script entry point."""
+    define_flags()
+    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__])
+
+
+if __name__ == "__main__":
+    run()

