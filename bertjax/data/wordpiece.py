@@ -130,6 +130,66 @@ def basic_tokenize(text: str, lower_case: bool) -> list[str]:
     return [w for w in text.translate(_PUNCT).split(" ") if w]
 
 
+# ---------------------------------------------------------------- character alignment
+
+_CLEAN_NFD = _CharTable(lambda c: unicodedata.normalize("NFD", _clean_rule(c)))
+
+
+def _canonical_order(chars: list[str], origin: list[int]) -> None:
+    """NFD's canonical reordering, in place: each run of combining marks sorted (stably) by
+    combining class, every mark keeping its origin. Decomposing character by character and
+    then reordering is exactly NFD of the whole string."""
+    i = 0
+    while i < len(chars):
+        j = i
+        while j < len(chars) and unicodedata.combining(chars[j]):
+            j += 1
+        if j - i > 1:
+            order = sorted(range(i, j), key=lambda t: unicodedata.combining(chars[t]))
+            chars[i:j], origin[i:j] = [chars[t] for t in order], [origin[t] for t in order]
+        i = j + 1
+
+
+def _normalize_aligned(text: str, lower_case: bool) -> tuple[list[str], list[int]]:
+    """`basic_tokenize`'s normalized characters, each with the index of its source in `text`."""
+    table = _CLEAN_NFD if lower_case else _CLEAN
+    chars: list[str] = []
+    origin: list[int] = []
+    for k, char in enumerate(text):
+        for out in table[ord(char)]:
+            chars.append(out)
+            origin.append(k)
+    if not lower_case:
+        return chars, origin
+    if not text.isascii():
+        _canonical_order(chars, origin)
+    uncased: list[str] = []
+    uncased_origin: list[int] = []
+    for char, k in zip(chars, origin, strict=True):
+        for out in _UNCASE[ord(char)]:  # "" for an accent; 'İ' lower-cases to two characters
+            uncased.append(out)
+            uncased_origin.append(k)
+    return uncased, uncased_origin
+
+
+def _aligned_words(text: str, lower_case: bool) -> list[tuple[str, list[int]]]:
+    """`basic_tokenize(text, lower_case)`, each word with the `text` index of each character."""
+    words: list[tuple[str, list[int]]] = []
+    start = 0
+    chars, origin = _normalize_aligned(text, lower_case)
+    for i, char in enumerate(chars):
+        punct = _PUNCT[ord(char)] != char
+        if char == " " or punct:
+            if i > start:
+                words.append(("".join(chars[start:i]), origin[start:i]))
+            if punct:
+                words.append((char, origin[i : i + 1]))
+            start = i + 1
+    if len(chars) > start:
+        words.append(("".join(chars[start:]), origin[start:]))
+    return words
+
+
 # ---------------------------------------------------------------- TensorFlow basic tokenizer
 
 
@@ -260,6 +320,41 @@ class WordPieceVocabulary(seqio.Vocabulary):
                 pieces = self._word_cache[word] = self._wordpiece(word)
             ids.extend(pieces)
         return ids
+
+    def _cached_wordpiece(self, word: str) -> tuple[int, ...]:
+        pieces = self._word_cache.get(word)
+        if pieces is None:
+            if len(self._word_cache) >= _WORD_CACHE_SIZE:
+                self._word_cache.clear()
+            pieces = self._word_cache[word] = self._wordpiece(word)
+        return pieces
+
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """`encode(text)` and, per WordPiece, its [start, end) character span in `text` itself.
+
+        For extractive QA, where a span of predicted tokens must map back to the original,
+        un-normalized substring. Every normalized character remembers the character of `text`
+        it came from (cleaning, NFD, accent stripping and lower-casing each act on one
+        character), so a piece spans from the source of its first character to the source of
+        its last; a `##` piece covers its own characters inside the word, a word that becomes
+        [UNK] the whole word. Dropped characters (accents, control characters) inside a word
+        fall inside its span, at its edges outside. These are BertTokenizerFast's offsets.
+        """
+        ids: list[int] = []
+        offsets: list[tuple[int, int]] = []
+        for word, origin in _aligned_words(text, self._lower_case):
+            pieces = self._cached_wordpiece(word)
+            if pieces == (self.unk_id,):
+                lengths = [len(word)]
+            else:  # each piece is a substring of the word; "##" marks all but the first
+                lengths = [len(self._tokens[t]) for t in pieces]
+                lengths[1:] = [n - len(SUFFIX) for n in lengths[1:]]
+            start = 0
+            for n in lengths:
+                offsets.append((origin[start], origin[start + n - 1] + 1))
+                start += n
+            ids.extend(pieces)
+        return ids, offsets
 
     def _decode(self, ids: Iterable[int]) -> str:
         tokens = [self._tokens[int(i)] for i in ids if int(i) != self.pad_id]
