@@ -26,18 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from bertjax.data.labelled import QaExample
 from bertjax.data.wordpiece import WordPieceVocabulary
-
-
-@dataclasses.dataclass(frozen=True)
-class QaExample:
-    """One question on one context; `answers` are (text, character start in context) pairs."""
-
-    id: str
-    question: str
-    context: str
-    answers: tuple[tuple[str, int], ...]
-    impossible: bool
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -51,7 +51,8 @@ def label_index(train_labels: Sequence[str], eval_labels: Sequence[str], eval_sp
     unseen = sorted(set(eval_labels) - set(names))
     if unseen:
         raise SetupError(f"{eval_spec}: label {unseen[0]!r} never occurs in the training data "
-                         f"(labels: {', '.join(names[:10])}): fix the file or finetune.label_column")
+                         f"(labels: {', '.join(names[:10])}): fix the file or "
+                         "finetune.label_column")
     return names
 
 
@@ -77,8 +78,9 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
         tags = label_index([t for ex in train for t in ex.tags], [t for ex in dev for t in ex.tags],
                            eval_spec)
         index = {t: i for i, t in enumerate(tags)}
+        train_tags = [[index[t] for t in ex.tags] for ex in train]
         train_arrays, _ = bert_inputs.encode_tagged(vocab, [ex.tokens for ex in train],
-                                                    [[index[t] for t in ex.tags] for ex in train], L)
+                                                    train_tags, L)
         dev_arrays, firsts = bert_inputs.encode_tagged(vocab, [ex.tokens for ex in dev], None, L)
         kind, num_labels, golds = "tag", len(tags), [list(ex.tags) for ex in dev]
 
