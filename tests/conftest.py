@@ -34,6 +34,12 @@ def bert_sample() -> pathlib.Path:
     return shared_file("bert-sample/sample_text.txt")
 
 
+@pytest.fixture(scope="session")
+def agnews_dir() -> pathlib.Path:
+    """AG News: train.tsv (4,000) and test.tsv (1,000), header sentence<TAB>label."""
+    return shared_file("agnews")
+
+
 def word_id_documents(path: pathlib.Path) -> tuple[list, int]:
     """(documents, vocab size): word-level ids (>= 5) per sentence; paragraphs are documents."""
     vocab: dict[str, int] = {}

@@ -66,9 +66,10 @@ def encode_choices(vocab: WordPieceVocabulary, contexts: Sequence[str],
     if len(counts) != 1:
         raise ValueError(f"examples have {sorted(counts)} endings: give every multiple-choice "
                          "example the same number")
+    num_endings = counts.pop()
     flat = [(c, e) for c, ends in zip(contexts, endings, strict=True) for e in ends]
     arrays = encode_texts(vocab, flat, max_length)
-    return {k: v.reshape(len(contexts), counts.pop(), max_length) for k, v in arrays.items()}
+    return {k: v.reshape(len(contexts), num_endings, max_length) for k, v in arrays.items()}
 
 
 def encode_tagged(vocab: WordPieceVocabulary, sentences: Sequence[Sequence[str]],
