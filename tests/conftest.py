@@ -35,6 +35,12 @@ def bert_sample() -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def squad_dev() -> pathlib.Path:
+    """Five SQuAD 2.0 dev articles (1,407 questions, 702 unanswerable), official JSON."""
+    return shared_file("squad-v2-dev-5/dev.json")
+
+
+@pytest.fixture(scope="session")
 def agnews_dir() -> pathlib.Path:
     """AG News: train.tsv (4,000) and test.tsv (1,000), header sentence<TAB>label."""
     return shared_file("agnews")

@@ -40,6 +40,8 @@ def make_evaluator(setup: TaskSetup, task: str, every: int, batch_size: int) -> 
             scores = metrics.compute(task, setup.golds, predictions, **setup.metric_options)
         rows = [{"id": i, "prediction": p, "gold": g}
                 for i, p, g in zip(setup.ids, predictions, setup.golds, strict=True)]
+        if setup.report is not None:
+            extra = {**extra, **setup.report(jax.device_get(state.params))}
         return EvalResult({k: float(v) for k, v in scores.items()}, rows, extra)
 
     return Evaluator(evaluate, metrics.main_metric(task), every)

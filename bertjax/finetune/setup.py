@@ -37,6 +37,7 @@ class TaskSetup:
     ids: list[str]
     initial_params: Callable[[Any], Any]  # a fresh run's params -> with the pretrained model
     frozen: tuple[str, ...] = ()  # parameter subtrees not trained (feature-based models)
+    report: Callable[[Any], dict] | None = None  # params -> extras for eval_results.json
     metric_options: dict = dataclasses.field(default_factory=dict)
 
 

