@@ -39,7 +39,11 @@ def define_flags() -> None:
         (flags.DEFINE_string, "vocab", None, "Vocabulary file (default: the run's)."),
         (flags.DEFINE_string, "layers", "all", "all K layers, average, top, or token (static)."),
         (flags.DEFINE_list, "mix_weights", None, "K layer weights for a scalar mix."),
-        (flags.DEFINE_integer, "batch_size", 32, "Sentences per batch."),
+        (flags.DEFINE_integer, "batch_size", 32, "At most this many sentences per batch."),
+        (flags.DEFINE_integer, "max_tokens", 4096, "At most this many (padded) tokens per "
+                                                   "batch: memory stays bounded."),
+        (flags.DEFINE_integer, "window", 256, "Longer sentences stream through the biLM in "
+                                              "windows of this many tokens."),
     )
     for define, name, default, help_text in defs:
         runner.define_once(define, name, default, help_text)
@@ -65,14 +69,15 @@ def read_lines(path: str) -> list[str]:
     return [line.strip() for line in text.splitlines()]
 
 
-def load_embedder(checkpoint: str, options: str | None, vocab: str | None, batch_size: int
+def load_embedder(checkpoint: str, options: str | None, vocab: str | None, **sizes: int
                   ) -> ElmoEmbedder:
-    """From a workdir / step directory, or bilm-tf files (.hdf5 + options JSON)."""
+    """From a workdir / step directory, or bilm-tf files (.hdf5 + options JSON); `sizes`:
+    batch_size, max_tokens, window."""
     if checkpoint.endswith((".hdf5", ".h5")):
         if not options:
             raise EmbedError("an .hdf5 --checkpoint needs --options=OPTIONS.json (bilm-tf's)")
-        return ElmoEmbedder.from_hdf5(options, checkpoint, vocab, batch_size=batch_size)
-    return ElmoEmbedder.from_workdir(checkpoint, vocab, batch_size=batch_size)
+        return ElmoEmbedder.from_hdf5(options, checkpoint, vocab, **sizes)
+    return ElmoEmbedder.from_workdir(checkpoint, vocab, **sizes)
 
 
 def embed_lines(embedder: ElmoEmbedder, sentences: list[str], layers: str,
@@ -104,7 +109,8 @@ def write_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 def embed_file(checkpoint: str | None, input_path: str | None, output: str | None,
                options: str | None = None, vocab: str | None = None, layers: str = "all",
-               mix_weights: list[str] | None = None, batch_size: int = 32) -> int:
+               mix_weights: list[str] | None = None, batch_size: int = 32,
+               max_tokens: int = 4096, window: int = 256) -> int:
     """Embed every non-empty line of `input_path` into `output`; the exit status.
 
     0: done; 1: done, but empty lines were skipped; 2: nothing written (one-line error).
@@ -118,7 +124,8 @@ def embed_file(checkpoint: str | None, input_path: str | None, output: str | Non
         keep = [i for i, line in enumerate(lines) if line]
         if not keep:
             raise EmbedError(f"--input={input_path} has no sentences: write one sentence per line")
-        embedder = load_embedder(checkpoint, options, vocab, batch_size)
+        embedder = load_embedder(checkpoint, options, vocab, batch_size=batch_size,
+                                 max_tokens=max_tokens, window=window)
         vectors = embed_lines(embedder, [lines[i] for i in keep], layers, mix_weights)
         write_npz(output, {str(i): v for i, v in zip(keep, vectors, strict=True)})
     except (ValueError, OSError) as err:
@@ -138,7 +145,8 @@ def main() -> None:
     logging.getLogger("absl").setLevel(logging.WARNING)
     runner.announce_backend(PROGRAM)
     sys.exit(embed_file(FLAGS.checkpoint, FLAGS.input, FLAGS.output, FLAGS.options, FLAGS.vocab,
-                        FLAGS.layers, FLAGS.mix_weights, FLAGS.batch_size))
+                        FLAGS.layers, FLAGS.mix_weights, FLAGS.batch_size, FLAGS.max_tokens,
+                        FLAGS.window))
 
 
 def run() -> None:

@@ -110,6 +110,8 @@ def main() -> None:
         if result.step > result.start_step:
             (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
         print(summarize(result, results, workdir, time.perf_counter() - start))
+    if result.stopped:
+        runner.stopped(PROGRAM, result.stopped, result.step)
 
 
 def run() -> None:

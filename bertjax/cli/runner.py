@@ -29,6 +29,12 @@ def fail(program: str, err: BaseException | str) -> None:
     sys.exit(2)
 
 
+def stopped(program: str, reason: str, step: int) -> None:
+    """The line a run stopped by a signal or preemption ends with (its exit status is 0)."""
+    print(f"{program}: stopped at step {step} ({reason}): the checkpoint is saved; rerun the "
+          "same command to resume", file=sys.stderr, flush=True)
+
+
 def announce_backend(program: str) -> None:
     """One line on stderr: the JAX backend and the devices this run uses."""
     local, total = jax.local_device_count(), jax.device_count()
@@ -89,6 +95,9 @@ def guarded(program: str, main: Callable[[], None]) -> Callable[[list[str]], Non
             main()
         except (ValueError, OSError) as err:
             fail(program, err)
+        except KeyboardInterrupt:  # before training started: there is nothing to save
+            print(f"{program}: interrupted", file=sys.stderr, flush=True)
+            sys.exit(130)
 
     return run_main
 

@@ -98,6 +98,8 @@ def main() -> None:
         if result.step > result.start_step:  # a run that trained records its config
             (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
         print(summarize(result, objective, workdir, time.perf_counter() - start))
+    if result.stopped:
+        runner.stopped(PROGRAM, result.stopped, result.step)
 
 
 def run() -> None:

@@ -36,6 +36,7 @@ class Generator:
     config: GptConfig
     params: Any
     tokenizer: ByteLevelBPE
+    max_tokens: int = 16384  # prompt + new tokens, summed over a batch's rows
 
     def __post_init__(self) -> None:
         if self.tokenizer.vocab_size > self.config.vocab_size:
@@ -89,20 +90,34 @@ class Generator:
         key, fold_in(key(seed), k), as `generate` says."""
         sampling = Sampling() if sampling is None else sampling
         check_fits([len(p) for p in prompts], max_new_tokens, self.config.max_position_embeddings)
-        longest = max(len(p) for p in prompts)
-        pad_id = self.tokenizer.eos_id or 0
-        ids, mask = left_pad(prompts, pad_id, -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET)
-        out = generate_ids(self.params, ids, mask, jax.random.key(seed), model=self.model,
-                           max_new_tokens=max_new_tokens, sampling=sampling,
-                           stop_ids=tuple(stop_ids), pad_id=pad_id,
-                           vocab_limit=self.tokenizer.vocab_size,
-                           row_ids_B=np.arange(len(prompts), dtype=np.int32))
-        results = []
-        stops = set(stop_ids)
-        for row in np.asarray(out).tolist():
-            cut = next((j for j, t in enumerate(row) if t in stops), len(row))
-            results.append(row[:cut])
+        results: list[list[int]] = [[] for _ in prompts]
+        for rows in self._batches([len(p) for p in prompts], max_new_tokens):
+            chunk = [prompts[r] for r in rows]
+            longest = max(len(p) for p in chunk)
+            pad_id = self.tokenizer.eos_id or 0
+            ids, mask = left_pad(chunk, pad_id, -(-longest // PROMPT_BUCKET) * PROMPT_BUCKET)
+            out = generate_ids(self.params, ids, mask, jax.random.key(seed), model=self.model,
+                               max_new_tokens=max_new_tokens, sampling=sampling,
+                               stop_ids=tuple(stop_ids), pad_id=pad_id,
+                               vocab_limit=self.tokenizer.vocab_size,
+                               row_ids_B=np.asarray(rows, dtype=np.int32))
+            for r, row in zip(rows, np.asarray(out).tolist(), strict=True):
+                results[r] = row[:next((j for j, t in enumerate(row) if t in stop_ids), len(row))]
         return results
+
+    def _batches(self, lengths: Sequence[int], max_new_tokens: int) -> list[list[int]]:
+        """Prompt indices grouped by length so that each batch's rows times its (bucketed)
+        prompt and new tokens stay within `max_tokens`: memory is bounded however many prompts
+        come. Each row keeps its own key (its index), so grouping does not change any output."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        batches, current = [], []
+        for i in order:
+            width = -(-lengths[i] // PROMPT_BUCKET) * PROMPT_BUCKET + max_new_tokens
+            if current and (len(current) + 1) * width > self.max_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        return batches + [current] if current else batches
 
     def generate(self, prompts: str | Sequence[str], max_new_tokens: int = 64,
                  temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,

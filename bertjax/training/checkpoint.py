@@ -7,39 +7,90 @@ run that dies mid-save never leaves a half-written "latest" checkpoint. Restores
 shardings from the current mesh, so a checkpoint written on N devices restores on M.
 """
 
+import contextlib
 import dataclasses
+import errno
+import logging
 import os
 import pathlib
-from collections.abc import Callable
+import shutil
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 from bertjax.training import workdir as workdir_lib
 
 ITEMS = ("state", "data")
+_FULL = ("RESOURCE_EXHAUSTED", "No space left", "Disk quota exceeded")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that is missing or does not fit the configured model."""
+    """A checkpoint that is missing, unreadable or does not fit the configured model."""
+
+
+class CorruptCheckpointError(Exception):
+    """A checkpoint that cannot be read (truncated files, garbled metadata, an empty step)."""
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
+    text = str(err).strip().split(". See full TensorStore details")[0]
     return text.splitlines()[0][:200] if text else type(err).__name__
 
 
+class _QuietOrbax(logging.Filter):
+    """Orbax logs a save or restore that fails with tracebacks, from background threads too;
+    the Checkpointer turns the failure into one line, so those records are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+
+
+logging.getLogger("absl").addFilter(_QuietOrbax())
+
+
+def _drop_failed_read_reports(report: Any, _previous: Callable = sys.unraisablehook) -> None:
+    """After a failed read, orbax's pending reads of that checkpoint fail later, from tensorstore
+    threads and at garbage collection ('Exception ignored in <coroutine>', 'Event loop is
+    closed'); the failure is already one warning, so those reports are dropped, others kept."""
+    frames, tb = [], report.exc_traceback
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    if not ("Event loop is closed" in str(report.exc_value)
+            or any("orbax" in name for name in frames)):
+        _previous(report)
+
+
+def _shapes(tree: Any) -> dict[str, tuple]:
+    """{"params/bert/...": shape} of a tree of arrays, shape structs or orbax array metadata."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    name = lambda k: str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))  # noqa
+    return {"/".join(map(name, path)): tuple(leaf.shape) for path, leaf in leaves}
+
+
 class Checkpointer:
-    """Keeps the last `keep` checkpoints of a run under `<workdir>/checkpoints`."""
+    """Keeps the last `keep` checkpoints of a run under `<workdir>/checkpoints`.
+
+    Restores verify a checkpoint before reading it: one that cannot be read is moved aside to
+    checkpoints/corrupt-STEP (never deleted) with one warning, and the next newest is used;
+    one that does not fit the model is an error that leaves it in place. A save that finds no
+    space left is one CheckpointError naming the directory and the space a checkpoint takes.
+    """
 
     def __init__(self, workdir: str | os.PathLike, keep: int = 3, async_save: bool = True,
                  create: bool = True):
         self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
-        options = ocp.CheckpointManagerOptions(
+        self.options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save
         )
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
+        self.manager = self._manager()
+
+    def _manager(self) -> ocp.CheckpointManager:
+        return ocp.CheckpointManager(self.directory, options=self.options, item_names=ITEMS)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -49,47 +100,117 @@ class Checkpointer:
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)
         )
-        return self.manager.save(step, args=args, force=force)
+        with self._space_errors(step, state):
+            return self.manager.save(step, args=args, force=force)
+
+    @contextlib.contextmanager
+    def _space_errors(self, step: int, state: Any = None) -> Iterator[None]:
+        """A full disk during a save (found now or by a later call) as one CheckpointError."""
+        try:
+            yield
+        except (OSError, ValueError) as err:
+            if not (isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+                    or any(sign in str(err) for sign in _FULL)):
+                raise
+            for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
+                shutil.rmtree(partial, ignore_errors=True)
+            latest = self.manager.latest_step()
+            kept = (f"checkpoint {latest} is intact and rerunning resumes from it"
+                    if latest is not None else "no checkpoint was written")
+            raise CheckpointError(
+                f"no space left on the device to save a checkpoint in {self.directory} (one "
+                f"takes about {self._checkpoint_bytes(state) / 2**20:.0f} MiB): free that much "
+                f"or pass a --workdir on a larger disk; {kept}") from None
+
+    def _checkpoint_bytes(self, state: Any) -> int:
+        latest = self.manager.latest_step()
+        if latest is not None:
+            files = (self.directory / str(latest)).rglob("*")
+            return sum(f.stat().st_size for f in files if f.is_file())
+        return sum(x.nbytes for x in jax.tree.leaves(state)) if state is not None else 0
+
+    def _set_aside(self, step: int, why: str) -> None:
+        """Move an unreadable checkpoint out of the way (process 0), warn, and forget it."""
+        target = self.directory / f"corrupt-{step}"
+        if jax.process_index() == 0:
+            n = 1
+            while target.exists():
+                n, target = n + 1, self.directory / f"corrupt-{step}-{n}"
+            (self.directory / str(step)).rename(target)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"bertjax checkpoint {step} set aside")
+        logging.warning("checkpoint %s/%d cannot be read (%s): moved to %s; using the one "
+                        "before it", self.directory, step, why, target.name)
+        self.manager.close()
+        self.manager = self._manager()
+
+    def _verify(self, step: int, abstract: Any) -> None:
+        """CorruptCheckpointError if the state's metadata cannot be read; CheckpointError if
+        its parameters do not have the shapes of `abstract`'s ({"params": ...})."""
+        try:
+            saved = ocp.PyTreeCheckpointHandler().metadata(self.directory / str(step) / "state")
+        except Exception as err:  # noqa: BLE001 - any failure to read it means unreadable
+            raise CorruptCheckpointError(_first_line(err)) from err
+        saved_shapes, wanted = _shapes(getattr(saved, "tree", saved)), _shapes(abstract)
+        differ = [p for p, shape in wanted.items() if saved_shapes.get(p) != shape]
+        if differ:
+            path = differ[0]
+            raise CheckpointError(
+                f"checkpoint {self.directory}/{step} does not match the configured model "
+                f"({path} is {saved_shapes.get(path, 'absent')} there, {wanted[path]} here): "
+                "use the model config it was written with, or a new --workdir")
+
+    def _read(self, abstract: Any, read: Callable[[int], Any], step: int | None) -> Any:
+        """read(step) of the newest readable checkpoint (or of `step`), setting aside the
+        unreadable ones; one CheckpointError when none is left."""
+        while True:
+            chosen = self.latest_step() if step is None else step
+            if chosen is None:
+                corrupt = sorted(p.name for p in self.directory.glob("corrupt-*"))
+                raise CheckpointError(
+                    f"no readable checkpoint in {self.directory} (set aside: "
+                    f"{', '.join(corrupt) or 'none'}): start again in a new --workdir")
+            try:
+                self._verify(chosen, abstract)
+                return chosen, read(chosen)
+            except CheckpointError:
+                raise
+            except Exception as err:  # noqa: BLE001 - a verified checkpoint that fails to read
+                sys.unraisablehook = _drop_failed_read_reports
+                if step is not None:
+                    raise CheckpointError(f"checkpoint {self.directory}/{step} cannot be read "
+                                          f"({_first_line(err)})") from err
+                self._set_aside(chosen, _first_line(err))
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
-        """The state (placed by `abstract_state`'s shardings) and data position at `step`."""
-        step = self.latest_step() if step is None else step
+        """The state (placed by `abstract_state`'s shardings) and data position of the newest
+        readable checkpoint (or of `step`)."""
         args = ocp.args.Composite(
             state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()
         )
-        try:
-            restored = self.manager.restore(step, args=args)
-        except (ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(
-                f"checkpoint {self.directory}/{step} does not match the configured model "
-                f"({_first_line(err)}): use the model config it was written with, or a new "
-                "--workdir"
-            ) from err
+        restore = lambda s: self.manager.restore(s, args=args)  # noqa: E731
+        _, restored = self._read({"params": abstract_state.params}, restore, step)
         return restored.state, dict(restored.data)
 
-    def restore_params(self, abstract_params: Any, step: int) -> Any:
-        """Only the `params` of the state saved at `step` (no optimizer state is read)."""
+    def restore_params(self, abstract_params: Any, step: int | None = None) -> tuple[int, Any]:
+        """(step, the `params` of the state saved there): no optimizer state is read."""
         tree = {"params": abstract_params}
-        args = ocp.args.PyTreeRestore(
+        args = ocp.args.Composite(state=ocp.args.PyTreeRestore(
             item=tree, restore_args=ocp.checkpoint_utils.construct_restore_args(tree),
-            partial_restore=True,
-        )
-        try:
-            restored = self.manager.restore(step, args=ocp.args.Composite(state=args))
-        except (ValueError, KeyError, TypeError, FileNotFoundError) as err:
-            raise CheckpointError(
-                f"checkpoint {self.directory}/{step} does not hold the parameters of the model "
-                f"its workdir records ({_first_line(err)}): pass the workdir it was written in"
-            ) from err
-        return restored.state["params"]
+            partial_restore=True))
+        chosen, restored = self._read(tree, lambda s: self.manager.restore(s, args=args), step)
+        return chosen, restored.state["params"]
 
     def wait(self) -> None:
         """Block until pending asynchronous saves are complete."""
-        self.manager.wait_until_finished()
+        with self._space_errors(self.latest_step() or 0):
+            self.manager.wait_until_finished()
 
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
 
 
 def abstract_like(tree: Any, shardings: Any) -> Any:
@@ -114,7 +235,7 @@ def resolve(path: str | os.PathLike) -> tuple[pathlib.Path, int | None]:
 
 def restore_params(path: str | os.PathLike, abstract_params: Any
                    ) -> tuple[Any, pathlib.Path, int]:
-    """(params, workdir, step) of the newest (or the named) checkpoint under `path`.
+    """(params, workdir, step) of the newest readable (or the named) checkpoint under `path`.
 
     `abstract_params` gives the parameter tree to read and where to place it (its shardings);
     the rest of the train state is not read. The restore path of every tool that uses a
@@ -127,11 +248,11 @@ def restore_params(path: str | os.PathLike, abstract_params: Any
         if not steps:
             raise CheckpointError(f"{checkpointer.directory} holds no finished checkpoint: train "
                                   "for at least train.checkpoint_every steps, or to the end")
-        step = max(steps) if step is None else step
-        if step not in steps:
+        if step is not None and step not in steps:
             raise CheckpointError(f"{checkpointer.directory}/{step} is not a checkpoint: pass "
                                   f"one of {', '.join(map(str, sorted(steps)))}")
-        return checkpointer.restore_params(abstract_params, step), workdir, step
+        step, params = checkpointer.restore_params(abstract_params, step)
+        return params, workdir, step
     finally:
         checkpointer.close()
 

@@ -28,13 +28,18 @@ class Experiment:
     log_every: int = 10
     checkpoint_every: int = 500
     keep_checkpoints: int = 3
+    nonfinite: str = "skip"  # a non-finite loss or gradient: "skip" the update, or "stop"
+    max_nonfinite: int = 3  # "skip": stop after this many skipped steps in a row
 
     def __post_init__(self) -> None:
+        if self.nonfinite not in ("skip", "stop"):
+            raise ValueError(f"train.nonfinite is {self.nonfinite!r}: set it to 'skip' or 'stop'")
         positive = {"NUM_STEPS (train.num_steps)": self.num_steps,
                     "BATCH_SIZE (train.batch_size)": self.batch_size,
                     "train.accum_steps": self.accum_steps, "train.log_every": self.log_every,
                     "train.checkpoint_every": self.checkpoint_every,
-                    "train.keep_checkpoints": self.keep_checkpoints}
+                    "train.keep_checkpoints": self.keep_checkpoints,
+                    "train.max_nonfinite": self.max_nonfinite}
         for name, value in positive.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} is {value!r}: set it to a positive whole number")

@@ -11,7 +11,6 @@ checkpoint, and part of the very step `bertjax-compile` lowers.
 """
 
 import dataclasses
-import logging
 import pathlib
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +31,7 @@ from bertjax.training.checkpoint import Checkpointer, abstract_like
 from bertjax.training.evaluation import BestKeeper, Evaluator
 from bertjax.training.experiment import Experiment
 from bertjax.training.metrics import MetricWriter
+from bertjax.training.preemption import StopSignals
 from bertjax.training.progress import ProgressBar
 from bertjax.training.state import TrainState, create_state
 from bertjax.training.step import eval_step, train_step
@@ -52,6 +52,7 @@ class RunResult:
     step: int
     checkpoint_dir: str
     state: TrainState | None
+    stopped: str | None = None  # why the run stopped early ("SIGTERM", ...), saved at `step`
 
 
 @dataclasses.dataclass
@@ -227,27 +228,32 @@ def run(
     checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints)
     writer = MetricWriter(workdir)
     evaluation = _Evaluation(evaluator, workdir, writer) if evaluator else None
-    state, start_step, summary = None, 0, {}
+    state, start_step, summary, stopped = None, 0, {}, None
     position = {"phase": 0, "example_index": 0}
     try:
-        for phase, (end_step, seq_length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
-            trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size,
-                                    seq_length, exp.seed, exp.accum_steps)
-            if state is None:
-                state, position = _restore_or_init(trainer, checkpointer, initial_params)
-                start_step = int(state.step)
-                _record(exp, workdir)
-            if int(state.step) >= end_step:
-                continue
-            if position["phase"] != phase:  # a new phase starts its stream (and carry) afresh
-                position = {"phase": phase, "example_index": 0}
-                state = trainer.reset_carry(state)
-            batches = exp.source.batches(position["example_index"], seq_length, local_batch)
-            state, position, summary = _train_phase(
-                exp, trainer, state, batches, position, end_step, seq_length, checkpointer,
-                writer, show_progress, evaluation
-            )
-        if state is not None and int(state.step) > start_step:
+        with StopSignals() as signals:
+            guards = _Guards(exp, signals, checkpointer)
+            for phase, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
+                trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size,
+                                        length, exp.seed, exp.accum_steps)
+                if state is None:
+                    state, position = _restore_or_init(trainer, checkpointer, initial_params)
+                    start_step = int(state.step)
+                    writer.resume_from(start_step)
+                    _record(exp, workdir)
+                if int(state.step) >= end_step:
+                    continue
+                if position["phase"] != phase:  # a new phase starts its stream (and carry) anew
+                    position = {"phase": phase, "example_index": 0}
+                    state = trainer.reset_carry(state)
+                batches = exp.source.batches(position["example_index"], length, local_batch)
+                state, position, summary, stopped = _train_phase(
+                    exp, trainer, state, batches, position, end_step, length, checkpointer,
+                    writer, show_progress, evaluation, guards
+                )
+                if stopped:
+                    break
+        if state is not None and int(state.step) > start_step and not stopped:
             checkpointer.save(int(state.step), state, position, force=True)
     finally:
         checkpointer.close()
@@ -256,15 +262,48 @@ def run(
     if evaluation is not None and evaluation.keeper.results:
         summary = {**summary, **{f"dev_{k}": v for k, v in
                                  evaluation.keeper.results.get("final", {}).items()}}
-    return RunResult(summary, start_step, step, str(checkpointer.directory), state)
+    return RunResult(summary, start_step, step, str(checkpointer.directory), state, stopped)
+
+
+class _Guards:
+    """What ends a phase early: a stop signal or preemption notice (the run saves and stops),
+    or non-finite steps (skipped by the step; too many in a row, or any with
+    train.nonfinite = 'stop', fail the run with one line)."""
+
+    def __init__(self, exp: Experiment, signals: StopSignals, checkpointer: Checkpointer):
+        self.exp, self.signals, self.checkpointer = exp, signals, checkpointer
+        self.pending: list[tuple[int, Any]] = []  # (step, its nonfinite flag, on device)
+        self.in_a_row = self.skipped = 0
+        self.failure: str | None = None
+
+    def stop_reason(self, step: int, metrics: dict) -> str | None:
+        self.pending.append((step, metrics["nonfinite"]))
+        return self.signals.should_stop(step, self.checkpointer.manager)
+
+    def check_nonfinite(self) -> int:
+        """Read the pending flags (at log steps: no host sync per step); the skipped count.
+        A step that must end the run is remembered for `raise_failure`, after it is logged."""
+        flags = jax.device_get([flag for _, flag in self.pending])
+        for (step, _), bad in zip(self.pending, flags, strict=True):
+            self.in_a_row = self.in_a_row + 1 if bad else 0
+            self.skipped += int(bad)
+            if bad and (self.exp.nonfinite == "stop" or self.in_a_row >= self.exp.max_nonfinite):
+                self.failure = self.failure or (
+                    f"the loss or its gradients are not finite at step {step} ({self.in_a_row} "
+                    "step(s) in a row, updates skipped): lower make_optimizer.learning_rate or "
+                    "check the data; train.nonfinite and train.max_nonfinite set how many to skip")
+        self.pending = []
+        return self.skipped
+
+    def raise_failure(self) -> None:
+        if self.failure:
+            raise RunError(self.failure)
 
 
 def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
                      initial_params: Callable[[Any], Any] | None) -> tuple[TrainState, dict]:
-    latest = checkpointer.latest_step()
-    if latest is not None:
-        logging.info("resuming from %s/%d", checkpointer.directory, latest)
-        return checkpointer.restore(trainer.abstract_state, latest)
+    if checkpointer.latest_step() is not None:  # the newest readable one (see Checkpointer)
+        return checkpointer.restore(trainer.abstract_state)
     state = trainer.init()
     if initial_params is not None:
         params = jax.device_put(initial_params(state.params), trainer.state_shardings.params)
@@ -291,33 +330,37 @@ def _train_phase(
     checkpointer: Checkpointer,
     writer: MetricWriter,
     show_progress: bool,
-    evaluation: "_Evaluation | None" = None,
-) -> tuple[TrainState, dict, dict]:
+    evaluation: "_Evaluation | None",
+    guards: _Guards,
+) -> tuple[TrainState, dict, dict, str | None]:
     step, index = int(state.step), position["example_index"]
     labels = exp.objective.progress + (evaluation.labels if evaluation else ())
     progress = ProgressBar(exp.num_steps, step, labels, enabled=show_progress)
     tokens_per_step = exp.batch_size * seq_length
-    last_time, last_step, scalars = time.perf_counter(), step, {}
-    while step < end_step:
+    last_time, last_step, scalars, stopped = time.perf_counter(), step, {}, None
+    while step < end_step and not stopped:
         state, metrics = trainer.step(state, trainer.device_batch(next(batches)))
         step, index = step + 1, index + exp.batch_size
         position = {"phase": position["phase"], "example_index": index}
-        if step % exp.log_every == 0 or step == end_step:
+        stopped = guards.stop_reason(step, metrics)
+        if step % exp.log_every == 0 or step == end_step or stopped:
             now = time.perf_counter()
             scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
             scalars["tokens_per_second"] = tokens_per_step * (step - last_step) / (now - last_time)
             scalars["seq_length"] = seq_length
+            scalars["skipped_steps"] = guards.check_nonfinite()
             writer.write(step, scalars)
             progress.update(step, scalars)
+            guards.raise_failure()
             last_time, last_step = now, step
         else:
             progress.update(step, None)
         if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
             progress.note(evaluation(step, state))
-        if step % exp.checkpoint_every == 0 and step < exp.num_steps:
-            checkpointer.save(step, state, position)
+        if stopped or (step % exp.checkpoint_every == 0 and step < exp.num_steps):
+            checkpointer.save(step, state, position, force=bool(stopped))
     progress.close()
-    return state, position, scalars
+    return state, position, scalars, stopped
 
 
 class _Evaluation:

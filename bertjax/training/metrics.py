@@ -1,7 +1,9 @@
 """Metric sinks: TensorBoard event files and a JSON-lines file, written by process 0.
 
 Both are opened at the first write, so a run that stops before its first logged step leaves
-no empty event file or metrics.jsonl behind.
+no empty event file or metrics.jsonl behind. A resumed run first drops what the interrupted
+run logged after the step it resumes from (metrics.jsonl lines, and TensorBoard events via
+`purge_step`), so each step is logged once. TensorBoard is flushed at every write.
 """
 
 import json
@@ -10,6 +12,8 @@ import pathlib
 import jax
 from tensorboardX import SummaryWriter
 
+from bertjax.files import write_text
+
 
 class MetricWriter:
     """Writes scalars to `<workdir>/tensorboard` and `<workdir>/metrics.jsonl`."""
@@ -17,12 +21,23 @@ class MetricWriter:
     def __init__(self, workdir: str | pathlib.Path):
         self.enabled = jax.process_index() == 0
         self.workdir = pathlib.Path(workdir)
+        self.resumed_at = 0
         self.tensorboard = None
         self.jsonl = None
 
+    def resume_from(self, step: int) -> None:
+        """The run continues after `step`: what was logged after it is dropped at opening."""
+        self.resumed_at = step
+
     def _open(self) -> None:
-        self.tensorboard = SummaryWriter(str(self.workdir / "tensorboard"))
-        self.jsonl = open(self.workdir / "metrics.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        path = self.workdir / "metrics.jsonl"
+        if path.is_file():
+            kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line).get("step", 0) <= self.resumed_at]
+            write_text(path, "".join(line + "\n" for line in kept))
+        purge = self.resumed_at + 1 if self.resumed_at else None
+        self.tensorboard = SummaryWriter(str(self.workdir / "tensorboard"), purge_step=purge)
+        self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
         if not self.enabled:
@@ -31,6 +46,7 @@ class MetricWriter:
             self._open()
         for name, value in scalars.items():
             self.tensorboard.add_scalar(name, value, step)
+        self.tensorboard.flush()
         self.jsonl.write(json.dumps({"step": step, **scalars}) + "\n")
         self.jsonl.flush()
 

@@ -114,3 +114,26 @@ def test_wrong_vocabulary_or_model_family_fail_with_one_line(workdir, tmp_path, 
     one_error_line(capsys, "does not exist")
     assert embed_file(str(workdir), str(text), out, layers="middle") == 2
     one_error_line(capsys, "--layers=middle")
+
+
+def test_a_10000_token_line_streams_in_bounded_memory(workdir, tmp_path):
+    """One 10,000-token line (and a batch of short ones) embeds with peak resident memory
+    under 2 GB: batches are bounded by tokens, and a long line streams through the biLM in
+    windows with the LSTM state carried along."""
+    rng = np.random.default_rng(0)
+    text = tmp_path / "long.txt"
+    text.write_text(" ".join(rng.choice(WORDS, 10_000)) + "\n" + "the river bank\n" * 100)
+    out = tmp_path / "long.npz"
+    wrapper = ("import resource, subprocess, sys; "
+               "code = subprocess.run(sys.argv[1:]).returncode; "
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
+    env = {**os.environ, "XLA_FLAGS": ""}
+    result = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m",
+                             "bertjax.cli.embed", f"--checkpoint={workdir}", f"--input={text}",
+                             f"--output={out}"], cwd=REPO, capture_output=True, text=True,
+                            timeout=900, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    peak_kib = int(result.stdout.strip().splitlines()[-1])
+    print(f"\npeak resident memory: {peak_kib / 2**20:.2f} GiB")
+    assert peak_kib < 2 * 2**20
+    assert np.load(out)["0"].shape == (3, 10_000, 128)

@@ -1,0 +1,228 @@
+"""Runs that survive what happens to real runs: kill -9 at any moment, SIGTERM (preemption),
+damaged checkpoints, a full disk, a loss that turns non-finite; and metrics logged once."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from bertjax.models.bert import bert_config
+from bertjax.objectives.pretraining import bert_pretraining
+from bertjax.training.checkpoint import Checkpointer, restore_params
+from bertjax.training.loop import build_trainer
+from bertjax.training.mesh import make_mesh
+from bertjax.training.optim import make_optimizer
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TINY = ["--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=512", "--gin.train.seq_phases=((1.0, 32),)",
+        "--gin.bert_config.max_position_embeddings=32", "--gin.train.log_every=1"]
+
+
+def command(workdir, corpus, *bindings):
+    return [sys.executable, "-m", "bertjax.cli.train",
+            "--gin_file=configs/experiments/bert_tiny_cpu.gin", f"--workdir={workdir}",
+            "--noprogress", f"--gin.bert_pretraining_source.corpus='{corpus}'", *TINY, *bindings]
+
+
+def train(workdir, corpus, *bindings):
+    env = {**os.environ, "XLA_FLAGS": ""}
+    return subprocess.run(command(workdir, corpus, *bindings), cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def start(workdir, corpus, *bindings):
+    env = {**os.environ, "XLA_FLAGS": ""}
+    return subprocess.Popen(command(workdir, corpus, *bindings), cwd=REPO, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def logged_steps(workdir):
+    path = workdir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+
+
+def final_params(workdir, step):
+    task = bert_pretraining(bert_config("tiny", vocab_size=512, max_position_embeddings=32))
+    trainer = build_trainer(task, make_optimizer(), make_mesh(devices=jax.devices()[:1]), 8, 32)
+    checkpointer = Checkpointer(workdir, create=False)
+    state, data = checkpointer.restore(trainer.abstract_state, step)
+    checkpointer.close()
+    return jax.device_get(state.params), data
+
+
+def wait_for_steps(process, workdir, steps, timeout=300):
+    deadline = time.time() + timeout
+    while time.time() < deadline and process.poll() is None:
+        if len(logged_steps(workdir)) >= steps:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_moments_changes_nothing(bert_sample, tmp_path):
+    """Killed 10 times (some during a save, with a checkpoint every 2 steps), rerun each time:
+    the final parameters equal the uninterrupted run's bit for bit, and each step is logged
+    once with the loss the uninterrupted run had (no example skipped or repeated)."""
+    steps = 120
+    straight = train(tmp_path / "straight", bert_sample, f"--gin.NUM_STEPS={steps}",
+                     "--gin.train.checkpoint_every=2")
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    rng, workdir, kills = np.random.default_rng(0), tmp_path / "killed", 0
+    while kills < 10:
+        process = start(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
+                        "--gin.train.checkpoint_every=2")
+        done = len(logged_steps(workdir))
+        if not wait_for_steps(process, workdir, done + 1):
+            break  # the run finished (or never got to a step) before this kill
+        time.sleep(rng.uniform(0.0, 1.5))
+        if process.poll() is not None:
+            break
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        kills += 1
+    finish = train(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
+                   "--gin.train.checkpoint_every=2")
+    assert finish.returncode == 0, finish.stderr[-3000:]
+    assert kills >= 10, f"only {kills} kills landed before the run completed"
+    a, data_a = final_params(tmp_path / "straight", steps)
+    b, data_b = final_params(workdir, steps)
+    assert data_a == data_b
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == list(range(1, steps + 1))
+    want = {json.loads(line)["step"]: json.loads(line)["loss"]
+            for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()}
+    assert all(m["loss"] == want[m["step"]] for m in lines)
+
+
+def test_sigterm_saves_at_the_step_and_resume_continues(bert_sample, tmp_path):
+    process = start(tmp_path, bert_sample, "--gin.NUM_STEPS=100000",
+                    "--gin.train.checkpoint_every=100000")
+    assert wait_for_steps(process, tmp_path, 3)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    line = [x for x in stderr.splitlines() if "stopped at step" in x]
+    assert len(line) == 1 and "(SIGTERM)" in line[0] and "rerun" in line[0], stderr[-2000:]
+    stopped = int(line[0].split("stopped at step ")[1].split()[0])
+    assert (tmp_path / "checkpoints" / str(stopped)).is_dir()
+    assert logged_steps(tmp_path)[-1] == stopped  # flushed up to the stop
+    again = train(tmp_path, bert_sample, f"--gin.NUM_STEPS={stopped + 2}")
+    assert again.returncode == 0 and f"steps {stopped} -> {stopped + 2}" in again.stdout
+
+
+def truncate_largest(step_dir):
+    files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and "/d/" in str(p)]
+    largest = max(files, key=lambda p: p.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[: largest.stat().st_size // 3])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled_metadata", "empty_step"])
+def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, tmp_path, damage):
+    first = train(tmp_path, bert_sample, "--gin.NUM_STEPS=4", "--gin.train.checkpoint_every=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoints = tmp_path / "checkpoints"
+    newest = 4
+    if damage == "truncated":
+        truncate_largest(checkpoints / "4")
+    elif damage == "garbled_metadata":
+        (checkpoints / "4" / "state" / "_METADATA").write_text("{garbled")
+    else:
+        (checkpoints / "6").mkdir()
+        newest = 6
+    result = train(tmp_path, bert_sample, "--gin.NUM_STEPS=8", "--gin.train.checkpoint_every=2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = [x for x in result.stderr.splitlines() if "cannot be read" in x]
+    assert len(warnings) == 1 and f"corrupt-{newest}" in warnings[0], result.stderr[-3000:]
+    resumed_from = 2 if damage != "empty_step" else 4
+    assert f"steps {resumed_from} -> 8" in result.stdout
+    assert (checkpoints / f"corrupt-{newest}").is_dir()  # kept aside, not deleted
+    assert "Traceback" not in result.stderr
+
+
+def test_restore_for_inference_falls_back_too(bert_sample, tmp_path):
+    first = train(tmp_path, bert_sample, "--gin.NUM_STEPS=4", "--gin.train.checkpoint_every=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    truncate_largest(tmp_path / "checkpoints" / "4")
+    task = bert_pretraining(bert_config("tiny", vocab_size=512, max_position_embeddings=32))
+    trainer = build_trainer(task, make_optimizer(), make_mesh(devices=jax.devices()[:1]), 8, 32)
+    _, _, step = restore_params(tmp_path, trainer.abstract_state.params)
+    assert step == 2 and (tmp_path / "checkpoints" / "corrupt-4").is_dir()
+
+
+def test_no_readable_checkpoint_is_one_line(bert_sample, tmp_path):
+    first = train(tmp_path, bert_sample, "--gin.NUM_STEPS=2", "--gin.train.checkpoint_every=2")
+    assert first.returncode == 0
+    (tmp_path / "checkpoints" / "2" / "state" / "_METADATA").write_text("")
+    result = train(tmp_path, bert_sample, "--gin.NUM_STEPS=4")
+    assert result.returncode == 2
+    errors = [x for x in result.stderr.splitlines() if "error:" in x]
+    assert len(errors) == 1 and "no readable checkpoint" in errors[0], result.stderr[-2000:]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 9 MiB tmpfs: one tiny-BERT checkpoint (5.7 MiB) fits, two do not (needs root)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs",
+                                            str(mount)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_full_disk_is_one_line_and_the_previous_checkpoint_stays(bert_sample, small_disk):
+    workdir = small_disk / "run"
+    result = train(workdir, bert_sample, "--gin.NUM_STEPS=20", "--gin.train.checkpoint_every=1")
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [x for x in result.stderr.splitlines() if x.strip() and "JAX backend" not in x]
+    assert len(lines) == 1 and "no space left" in lines[0], result.stderr[-3000:]
+    assert str(workdir / "checkpoints") in lines[0] and "MiB" in lines[0]
+    manager = ocp.CheckpointManager(workdir / "checkpoints", item_names=("state",))
+    step = manager.latest_step()
+    assert step is not None
+    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+    assert int(restored.state["step"]) == step  # intact and readable
+    assert not list((workdir / "checkpoints").glob("*tmp*"))
+
+
+def test_metrics_hold_each_step_once_after_a_crash(bert_sample, tmp_path):
+    process = start(tmp_path, bert_sample, "--gin.NUM_STEPS=100000",
+                    "--gin.train.checkpoint_every=3")
+    assert wait_for_steps(process, tmp_path, 5)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    crashed = logged_steps(tmp_path)
+    last_checkpoint = max(int(p.name) for p in (tmp_path / "checkpoints").iterdir()
+                          if p.name.isdigit())
+    result = train(tmp_path, bert_sample, f"--gin.NUM_STEPS={max(crashed) + 3}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = logged_steps(tmp_path)
+    assert steps == list(range(1, max(crashed) + 4)), (crashed, last_checkpoint, steps)
+
+
+@pytest.mark.parametrize("mode, expected_skips", [("skip", 3), ("stop", 1)])
+def test_non_finite_loss_is_skipped_then_stops_with_one_line(bert_sample, tmp_path, mode,
+                                                             expected_skips):
+    result = train(tmp_path, bert_sample, "--gin.NUM_STEPS=50", "--gin.train.checkpoint_every=50",
+                   "--gin.make_optimizer.learning_rate=1e30", "--gin.make_optimizer.clip_norm=None",
+                   "--gin.make_optimizer.warmup_steps=1", f"--gin.train.nonfinite='{mode}'")
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [x for x in result.stderr.splitlines() if "error:" in x]
+    assert len(errors) == 1 and "not finite at step" in errors[0], result.stderr[-3000:]
+    assert f"({expected_skips} step(s) in a row" in errors[0]
+    metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[-1]["nonfinite"] == 1.0
