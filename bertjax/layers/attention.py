@@ -5,6 +5,10 @@ autoregressive decoding: the first (initialising) call sizes the cache from its 
 [B, T]; later calls write their L new keys/values at the cache index and attend causally over
 the T cached positions, also under the caller's [B, 1, 1, T] key mask (padding). Parameters
 and the default (decode=False) path are unchanged, so BERT's numerics are too.
+
+Each call sows its attention probabilities [B, H, L, T] as "intermediates/attention_weights"
+when the caller asks for them (`apply(..., mutable=["intermediates"])`); otherwise nothing is
+stored and outputs and parameters are the same.
 """
 
 from typing import Any
@@ -89,6 +93,9 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             logits_BxHxLxL = jnp.where(mask, logits_BxHxLxL, jnp.finfo(jnp.float32).min)
         probs_BxHxLxL = jax.nn.softmax(logits_BxHxLxL, axis=-1).astype(self.dtype)
+        # For analysis (bertjax.analysis.attention): kept only when the caller makes
+        # "intermediates" mutable, otherwise a no-op. Before dropout: the model's attention.
+        self.sow("intermediates", "attention_weights", probs_BxHxLxL)
         probs_BxHxLxL = nn.Dropout(self.dropout_rate)(probs_BxHxLxL, deterministic=deterministic)
         out_BxLxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxLxL, v_BxLxHxD)
 

@@ -213,7 +213,7 @@ class TransformerStack(nn.Module):
             body = nn.remat(_ScanBlock, prevent_cse=False)
         scanned = nn.scan(
             body,
-            variable_axes={"params": 0, "cache": 0},
+            variable_axes={"params": 0, "cache": 0, "intermediates": 0},
             split_rngs={"params": True, "dropout": True},
             in_axes=nn.broadcast,
             length=cfg.num_layers,
