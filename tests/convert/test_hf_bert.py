@@ -87,9 +87,11 @@ def test_minilm_hidden_states_match_transformers(minilm):
     state_dict = hf_bert.load_hf_state_dict(minilm)
     assert "pooler.dense.weight" in state_dict  # so the pooled output is compared as well
 
-    tokenizer = transformers.BertTokenizerFast(vocab_file=str(minilm / "vocab.txt"))
+    # transformers 5 reads the file from `vocab=` (`vocab_file=` is ignored: all [UNK]).
+    tokenizer = transformers.BertTokenizerFast(vocab=str(minilm / "vocab.txt"))
     batch = tokenizer(SENTENCES, padding=True, return_tensors="np")
     mask = batch["attention_mask"]
+    assert (batch["input_ids"][mask.astype(bool)] != tokenizer.unk_token_id).all()
     assert len(set(mask.sum(1))) == len(SENTENCES)  # different lengths, so real padding
 
     torch_model = transformers.BertModel.from_pretrained(minilm, dtype=torch.float32).eval()
