@@ -1,10 +1,12 @@
 """What every bertjax command-line tool shares: --help, flag errors, the backend line and the
 one-line error path (`PROGRAM: error: ...`, exit status 2, nothing else on the terminal)."""
 
+import pathlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import gin
 import jax
 from absl import app, flags
 from absl import logging as absl_logging
@@ -29,10 +31,18 @@ def fail(program: str, err: BaseException | str) -> None:
     sys.exit(2)
 
 
-def stopped(program: str, reason: str, step: int) -> None:
-    """The line a run stopped by a signal or preemption ends with (its exit status is 0)."""
-    print(f"{program}: stopped at step {step} ({reason}): the checkpoint is saved; rerun the "
-          "same command to resume", file=sys.stderr, flush=True)
+def finish_run(program: str, result: Any, workdir: pathlib.Path,
+               summary: Callable[[], str]) -> None:
+    """The end of a training run (a `loop.RunResult`): process 0 records the operative
+    config.gin of a run that trained and prints `summary()`; a run stopped by a signal or
+    preemption then says where it stopped (its exit status is 0)."""
+    if jax.process_index() == 0:
+        if result.step > result.start_step:  # a no-op run leaves the recorded config alone
+            (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
+        print(summary())
+    if result.stopped:
+        print(f"{program}: stopped at step {result.step} ({result.stopped}): the checkpoint is "
+              "saved; rerun the same command to resume", file=sys.stderr, flush=True)
 
 
 def announce_backend(program: str) -> None:

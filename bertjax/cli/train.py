@@ -15,7 +15,6 @@ import pathlib
 import time
 
 import gin
-import jax
 from absl import flags
 
 from bertjax.cli import gin_utils, runner
@@ -94,12 +93,8 @@ def main() -> None:
     gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
     start = time.perf_counter()
     result, objective = train(workdir, show_progress=FLAGS.progress)
-    if jax.process_index() == 0:
-        if result.step > result.start_step:  # a run that trained records its config
-            (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
-        print(summarize(result, objective, workdir, time.perf_counter() - start))
-    if result.stopped:
-        runner.stopped(PROGRAM, result.stopped, result.step)
+    runner.finish_run(PROGRAM, result, workdir,
+                      lambda: summarize(result, objective, workdir, time.perf_counter() - start))
 
 
 def run() -> None:
