@@ -25,6 +25,7 @@ $(VENV)/.installed-test: setup.py $(VENV)/.installed
 demo: $(VENV)/.installed
 	XLA_FLAGS= $(BIN)/bertjax-train --gin_file=configs/experiments/bert_tiny_cpu.gin \
 		--workdir=$(WORKDIR)
+	XLA_FLAGS= $(BIN)/bertjax-fill-mask --checkpoint=$(WORKDIR)
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check bertjax tests benchmarks scripts

@@ -61,6 +61,7 @@ setup(
             "bertjax-generate=bertjax.cli.generate:run",
             "bertjax-embed=bertjax.cli.embed:run",
             "bertjax-finetune=bertjax.cli.finetune:run",
+            "bertjax-fill-mask=bertjax.cli.fill_mask:run",
         ]
     },
 )

@@ -288,12 +288,17 @@ def _module_docstrings(name: str) -> tuple[str, ...]:
     return tuple(d for d in docs if d and d.strip())
 
 
-def stdlib_documents() -> list[list[str]]:
+HELD_OUT_EVERY = 25  # every 25th stdlib document is held out of training
+
+
+def stdlib_documents(part: str = "train") -> list[list[str]]:
     """The offline default corpus: Python's own documentation, about 1 MB of English prose.
 
     One document per pydoc topic (`pydoc_data.topics`) and per module of `STDLIB_MODULES`
     (its docstrings), keeping prose sentences only and documents of >= 2 sentences.
     Deterministic for a given Python version; a docstring repeated verbatim is kept once.
+    `part` "train" leaves out every HELD_OUT_EVERY-th document, which "held_out" returns (the
+    demo measures masked-LM accuracy on them); "all" returns every document.
     """
     try:
         from pydoc_data.topics import topics
@@ -306,7 +311,13 @@ def stdlib_documents() -> list[list[str]]:
         seen.update(docs)
         texts.append("\n\n".join(docs))
     documents = [_prose_sentences(text) for text in texts]
-    return [document for document in documents if len(document) >= 2]
+    documents = [document for document in documents if len(document) >= 2]
+    held_out = {i for i in range(len(documents)) if i % HELD_OUT_EVERY == HELD_OUT_EVERY - 1}
+    if part == "all":
+        return documents
+    if part not in ("train", "held_out"):
+        raise CorpusError(f"stdlib corpus part {part!r}: use 'stdlib' or 'stdlib:held_out'")
+    return [d for i, d in enumerate(documents) if (i in held_out) == (part == "held_out")]
 
 
 def documents_digest(documents: Iterable[Sequence[str]]) -> str:

@@ -12,7 +12,8 @@ A family's source (`pipeline.BertPretrainingSource`, `lm.LmPretrainingSource`,
                                 examples, a function of (seed, global index)
     id_features                 the features that hold token ids of its vocabulary
 
-Corpora: "stdlib" (offline: the Python standard library's documentation), comma-separated
+Corpora: "stdlib" (offline: the Python standard library's documentation; "stdlib:held_out" its
+documents held out of training), comma-separated
 files, directories or globs (google-research/bert's format or plain text), or
 "tfds:NAME[:SPLIT]", of which each host reads its own share.
 
@@ -59,8 +60,8 @@ class DataError(ValueError):
 def load_documents(corpus: str, corpus_format: str = "bert", text_key: str = "text"
                    ) -> list[list[str]]:
     """Documents (lists of sentences) of a corpus setting; see the module docstring."""
-    if corpus == "stdlib":
-        return corpora.stdlib_documents()
+    if corpus == "stdlib" or corpus.startswith("stdlib:"):
+        return corpora.stdlib_documents(corpus.partition(":")[2] or "train")
     if corpus.startswith("tfds:"):
         name, _, split = corpus[len("tfds:"):].partition(":")
         split = split or "train"
