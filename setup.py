@@ -38,6 +38,7 @@ EXTRAS = {
     # The notebooks and bertjax.analysis pictures (PNG heat maps); nothing else imports these.
     "notebooks": ["matplotlib>=3.8", "jupyter>=1.0"],
     "tpu": ["jax[tpu]==0.10.2"],
+    "beam": ["apache-beam>=2.60", "google-crc32c>=1.5", "sentencepiece<0.2.3"],  # protobuf<7
 }
 
 setup(

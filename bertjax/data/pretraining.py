@@ -1,34 +1,46 @@
-"""BERT pretraining examples: sentence pairs (nsp.py) masked for MLM (masking.py), in numpy.
+"""BERT pretraining examples: sentence pairs (nsp.py) masked for MLM (masking.py), in numpy blocks.
 
-Every example is a dict of fixed-shape arrays (see `feature_spec`). Each random draw comes from
-a generator seeded by (seed, stream, counter), so a stream is a pure function of the seed and
-can resume at any example index without replaying the masking of the skipped ones.
+Every example is a dict of fixed-shape arrays (see `feature_spec`) and a pure function of the
+seed and its global index: a stream's `examples(indices)` builds any set of examples at once
+(pairs packed and masked for the whole block in a few numpy calls), so resuming at index N or
+reading one host's share costs nothing for the examples skipped.
 
-- dynamic masking (default, as RoBERTa): an endless stream; epoch e shuffles the documents and
-  builds pairs with rng (seed, e); global example i is masked with rng (seed, i).
-- static masking (google-research/bert's create_pretraining_data.py): `dupe_factor` passes over
-  the documents create a fixed list of instances, each with a fixed mask, shuffled anew every
-  epoch. The mask of instance c is drawn from rng (seed, c) whenever it is yielded, which gives
-  the same arrays as masking once at creation without holding every masked example in memory.
+- dynamic masking (default, as RoBERTa): an endless stream of epochs. Epoch e plans sentence
+  pairs over all documents with rng (seed, e) and shuffles the epoch's instances with it;
+  global example i is masked with the counter-based bits of (seed, i).
+- static masking (google-research/bert's create_pretraining_data.py): `dupe_factor` passes
+  over the documents create a fixed table of instances, each with a fixed mask. The corpus
+  is split into `static_groups` contiguous groups of documents, each paired within itself as
+  the reference does per input file; row r of group g is masked with the bits of (seed, g, r)
+  and pass p of group g is planned with rng (seed, g, p). Epoch e visits the groups in a
+  shuffled order and each group's rows in a shuffled order (`StaticOrder`), so a reader
+  that holds one group at a time (a seqio cache of the groups, `pretraining_cache`) yields
+  exactly these examples.
 
-Multi-host: process p of P yields the global examples i with i % P == p, so the shards are
-disjoint, their union is the single-process stream, and a resume index means the same in both.
+Multi-host: process p of P yields the global examples i with (i // block_size) % P == p, so
+the shards are disjoint, their union is the single-process stream, and with block_size = the
+per-host batch each global batch holds the same examples in the same order for any P.
 """
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
-import itertools
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Literal, Protocol
 
 import numpy as np
 
-from bertjax.data.masking import SpecialIds, mask_tokens
-from bertjax.data.nsp import Corpus, PairInstance, check_corpus, iterate_instances, pack
+from bertjax.data.masking import SpecialIds, mask_block
+from bertjax.data.nsp import Corpus, Instances, check_corpus, pack, plan_instances
 
-# Stream tags: separate generators for each use of the seed.
-_EPOCH, _MASK, _STATIC_PASS, _STATIC_ORDER, _STATIC_MASK = range(5)
+# Stream tags: separate random numbers for each use of the seed.
+_EPOCH, _MASK, _STATIC_PASS, _STATIC_ORDER, _STATIC_MASK, _STATIC_ROW_ORDER = range(6)
+_ROW_BITS = 40  # a static mask key is (group << 40) + row
+BLOCK_EXAMPLES = 512  # examples built per call when iterating
+
+Example = dict[str, np.ndarray]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +55,7 @@ class PretrainingConfig:
     whole_word_masking: bool = False
     dupe_factor: int = 10  # static masking only: passes over the corpus
     masking: Literal["dynamic", "static"] = "dynamic"
+    static_groups: int = 1  # static masking only: document groups paired on their own
 
     def __post_init__(self) -> None:
         min_length = 5 if self.nsp else 3
@@ -53,6 +66,7 @@ class PretrainingConfig:
             (0 < self.masked_lm_prob <= 1, "masked_lm_prob must be in (0, 1]"),
             (0 <= self.short_seq_prob <= 1, "short_seq_prob must be in [0, 1]"),
             (self.dupe_factor >= 1, "dupe_factor must be >= 1"),
+            (self.static_groups >= 1, "static_groups must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -73,24 +87,27 @@ def feature_spec(config: PretrainingConfig) -> dict[str, tuple[tuple[int, ...], 
     }
 
 
-def make_example(
-    corpus: Corpus,
-    instance: PairInstance,
-    special: SpecialIds,
-    config: PretrainingConfig,
-    rng: np.random.Generator,
-    is_continuation: np.ndarray | None = None,
-) -> dict[str, np.ndarray]:
-    """Packs one instance and masks it with `rng`."""
-    input_ids, input_mask, segment_ids = pack(corpus, instance, special, config.max_seq_length)
-    masked = mask_tokens(
-        input_ids,
-        special,
-        rng,
-        masked_lm_prob=config.masked_lm_prob,
-        max_predictions_per_seq=config.max_predictions_per_seq,
-        is_continuation=is_continuation,
-    )
+def _rng(seed: int, *counters: int) -> np.random.Generator:
+    return np.random.default_rng((seed, *counters))
+
+
+def _plan(corpus: Corpus, config: PretrainingConfig, rng: np.random.Generator,
+          documents: tuple[int, int] | None = None) -> Instances:
+    return plan_instances(corpus, rng, max_seq_length=config.max_seq_length,
+                          short_seq_prob=config.short_seq_prob, nsp=config.nsp,
+                          documents=documents)
+
+
+def make_examples(corpus: Corpus, instances: Instances, special: SpecialIds,
+                  config: PretrainingConfig, masking: tuple[int, int, np.ndarray],
+                  is_continuation: np.ndarray | None = None) -> Example:
+    """Packs a table of instances and masks row b with `masking` = (seed, stream, keys)."""
+    input_ids, input_mask, segment_ids = pack(corpus, instances, special, config.max_seq_length)
+    seed, stream, keys = masking
+    masked = mask_block(input_ids, special, seed, stream, keys,
+                        masked_lm_prob=config.masked_lm_prob,
+                        max_predictions_per_seq=config.max_predictions_per_seq,
+                        is_continuation=is_continuation)
     return {
         "input_ids": masked.input_ids,
         "input_mask": input_mask,
@@ -98,68 +115,267 @@ def make_example(
         "masked_lm_positions": masked.masked_lm_positions,
         "masked_lm_ids": masked.masked_lm_ids,
         "masked_lm_weights": masked.masked_lm_weights,
-        "next_sentence_label": np.array(instance.is_random_next, np.int32),
+        "next_sentence_label": instances.label.astype(np.int32),
     }
 
 
-def _rng(seed: int, stream: int, counter: int) -> np.random.Generator:
-    return np.random.default_rng((seed, stream, counter))
+def assemble(parts: Sequence[tuple[np.ndarray, Example]], size: int) -> Example:
+    """One block of `size` examples from parts (where, examples): part examples go to `where`."""
+    if len(parts) == 1:
+        return parts[0][1]
+    first = parts[0][1]
+    block = {key: np.empty((size, *value.shape[1:]), value.dtype) for key, value in first.items()}
+    for where, examples in parts:
+        for key, value in examples.items():
+            block[key][where] = value
+    return block
 
 
-def _instance_options(config: PretrainingConfig) -> dict[str, object]:
-    return {
-        "max_seq_length": config.max_seq_length,
-        "short_seq_prob": config.short_seq_prob,
-        "nsp": config.nsp,
-    }
+class _Lru(collections.OrderedDict):
+    """The last few values of an expensive function of a key."""
+
+    def __init__(self, size: int, compute: Callable) -> None:
+        super().__init__()
+        self.size, self.compute = size, compute
+
+    def get_value(self, key: object) -> object:
+        if key in self:
+            self.move_to_end(key)
+        else:
+            self[key] = self.compute(key)
+            while len(self) > self.size:
+                self.popitem(last=False)
+        return self[key]
 
 
-def _dynamic_instances(corpus: Corpus, config: PretrainingConfig, seed: int) -> Iterator[tuple]:
-    """Endless (instance, mask rng key) pairs; the key is the global example index."""
-    index = 0
-    for epoch in itertools.count():
-        rng = _rng(seed, _EPOCH, epoch)
-        order = rng.permutation(corpus.num_documents)
-        for instance in iterate_instances(corpus, order, rng, **_instance_options(config)):
-            yield index, instance, (_MASK, index)
-            index += 1
+def _runs(values: np.ndarray) -> Iterator[tuple[object, np.ndarray]]:
+    """(value, positions) of each distinct value of `values`, in order of first appearance."""
+    unique, first = np.unique(values, return_index=True)
+    for value in unique[np.argsort(first)]:
+        yield value, np.flatnonzero(values == value)
 
 
-def static_instances(corpus: Corpus, config: PretrainingConfig, seed: int) -> np.ndarray:
-    """The fixed instance table of static masking: int64 [N, 7] rows of PairInstance."""
-    table: list[PairInstance] = []
-    for dupe in range(config.dupe_factor):
-        rng = _rng(seed, _STATIC_PASS, dupe)
-        table.extend(
-            iterate_instances(corpus, range(corpus.num_documents), rng, **_instance_options(config))
+class Stream(Protocol):
+    def examples(self, indices: np.ndarray) -> Example:
+        """The examples at these increasing global indices, as one block."""
+
+
+class DynamicStream:
+    """Dynamic masking: endless epochs of freshly paired, shuffled instances.
+
+    The next epoch is planned in a background thread while this one is served.
+    """
+
+    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
+                 seed: int, is_continuation: np.ndarray | None = None) -> None:
+        self.corpus, self.special, self.config, self.seed = corpus, special, config, seed
+        self.is_continuation = is_continuation
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="plan-epoch")
+        self._epochs = _Lru(3, lambda epoch: self._pool.submit(self._plan_epoch, epoch))
+        self._starts = [0]  # global index of the first example of epochs 0, 1, ...
+
+    def _plan_epoch(self, epoch: int) -> Instances:
+        rng = _rng(self.seed, _EPOCH, epoch)
+        instances = _plan(self.corpus, self.config, rng)
+        if len(instances.doc) == 0:
+            raise ValueError("the corpus gives no pretraining instances: check the input files")
+        return instances.take(rng.permutation(len(instances.doc)))
+
+    def epoch(self, epoch: int) -> Instances:
+        """The instances of epoch `epoch`, in the order they are served."""
+        return self._epochs.get_value(epoch).result()
+
+    def epoch_of(self, indices: np.ndarray) -> np.ndarray:
+        """Epoch of each global index (planning the epochs before it, to count them)."""
+        while self._starts[-1] <= indices.max(initial=0):
+            epoch = len(self._starts) - 1
+            self._starts.append(self._starts[-1] + len(self.epoch(epoch).doc))
+        return np.searchsorted(self._starts, indices, side="right") - 1
+
+    def examples(self, indices: np.ndarray) -> Example:
+        indices = np.asarray(indices, np.int64)
+        parts, epochs = [], self.epoch_of(indices)
+        for epoch, where in _runs(epochs):
+            rows = indices[where] - self._starts[epoch]
+            parts.append((where, make_examples(
+                self.corpus, self.epoch(int(epoch)).take(rows), self.special, self.config,
+                (self.seed, _MASK, indices[where]), self.is_continuation)))
+        self._epochs.get_value(int(epochs[-1]) + 1)  # plan the next epoch meanwhile
+        return assemble(parts, len(indices))
+
+
+class StaticOrder:
+    """Where global example i of static masking reads: row `rows[i]` of group `groups[i]`.
+
+    Epoch e = i // N (N rows in all) visits the groups in the order of a permutation drawn
+    with rng (seed, e), and the rows of group g in a permutation drawn with rng (seed, e, g).
+    """
+
+    def __init__(self, seed: int, group_sizes: Sequence[int]) -> None:
+        self.seed = seed
+        self.sizes = np.asarray(group_sizes, np.int64)
+        self.total = int(self.sizes.sum())
+        if self.total == 0:
+            raise ValueError("static masking has no instances: check the corpus")
+        self._layouts = _Lru(2, self._layout)
+        self._row_orders = _Lru(4, self._row_order)
+
+    def _layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(group order, start of each of its groups within the epoch)."""
+        groups = _rng(self.seed, _STATIC_ORDER, epoch).permutation(len(self.sizes))
+        return groups, np.concatenate([[0], np.cumsum(self.sizes[groups])])
+
+    def _row_order(self, key: tuple[int, int]) -> np.ndarray:
+        epoch, group = key
+        return _rng(self.seed, _STATIC_ROW_ORDER, epoch, group).permutation(self.sizes[group])
+
+    def segments(self, epoch: int) -> list[tuple[int, int, int]]:
+        """(group, first, stop) global indices of each group's rows in epoch `epoch`."""
+        groups, starts = self._layouts.get_value(epoch)
+        base = epoch * self.total
+        return [(int(g), base + int(a), base + int(b))
+                for g, a, b in zip(groups, starts[:-1], starts[1:], strict=True) if b > a]
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(group, row) of each global index."""
+        indices = np.asarray(indices, np.int64)
+        groups, rows = np.zeros_like(indices), np.zeros_like(indices)
+        for epoch, where in _runs(indices // self.total):
+            order, starts = self._layouts.get_value(int(epoch))
+            position = indices[where] % self.total
+            slot = np.searchsorted(starts, position, side="right") - 1
+            groups[where] = order[slot]
+            offset = position - starts[slot]
+            for group, inner in _runs(groups[where]):
+                permutation = self._row_orders.get_value((int(epoch), int(group)))
+                rows[where[inner]] = permutation[offset[inner]]
+        return groups, rows
+
+
+def static_mask_keys(group: int, rows: np.ndarray) -> np.ndarray:
+    """The masking keys of rows of a group: (group << 40) + row."""
+    return (np.int64(group) << _ROW_BITS) + np.asarray(rows, np.int64)
+
+
+def check_groups(corpus: Corpus, nsp: bool, numbers: Sequence[int] | None = None) -> None:
+    """Raises a one-line ValueError if a static group cannot pair its documents (NSP)."""
+    small = [g for g in range(corpus.num_groups) if np.diff(corpus.group(g))[0] < 2]
+    if nsp and small:
+        group = numbers[small[0]] if numbers is not None else small[0]
+        raise ValueError(
+            f"static group {group} has fewer than 2 documents, too few for random next "
+            "sentences: use fewer static_groups"
         )
-    return np.array(table, np.int64).reshape(-1, len(PairInstance._fields))
 
 
-def _owned_indices(
-    start: int, process_index: int, process_count: int, block_size: int
-) -> Iterator[int]:
-    """Global indices >= start with (i // block_size) % process_count == process_index."""
+class StaticTable:
+    """The fixed instances of static masking, group by group, and their examples.
+
+    Corpus group k is group `numbers[k]` of the static stream (default k): a Beam worker
+    holding one group's documents builds exactly the rows the whole corpus would.
+    """
+
+    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
+                 seed: int, is_continuation: np.ndarray | None = None,
+                 numbers: Sequence[int] | None = None) -> None:
+        self.corpus, self.special, self.config, self.seed = corpus, special, config, seed
+        self.is_continuation = is_continuation
+        self.numbers = list(numbers if numbers is not None else range(corpus.num_groups))
+        check_groups(corpus, config.nsp, self.numbers)
+        self._tables = _Lru(2, self._plan_group)
+
+    def _plan_group(self, k: int) -> tuple[Instances, np.ndarray]:
+        """(instances of corpus group k, pass bounds): pass p of group g uses rng (seed, g, p)."""
+        passes = [_plan(self.corpus, self.config,
+                        _rng(self.seed, _STATIC_PASS, self.numbers[k], dupe), self.corpus.group(k))
+                  for dupe in range(self.config.dupe_factor)]
+        bounds = np.concatenate([[0], np.cumsum([len(p.doc) for p in passes])])
+        return Instances.concatenate(passes), bounds
+
+    def instances(self, k: int) -> Instances:
+        """The instances of corpus group k: its passes one after the other."""
+        return self._tables.get_value(k)[0]
+
+    def size(self, k: int) -> int:
+        return int(self._tables.get_value(k)[1][-1])
+
+    def pass_bounds(self, k: int) -> np.ndarray:
+        """Rows [bounds[p], bounds[p + 1]) of corpus group k come from dupe pass p."""
+        return self._tables.get_value(k)[1]
+
+    def examples(self, k: int, rows: np.ndarray) -> Example:
+        """Rows of corpus group k, packed; row r of group g masked with the bits of (seed, g, r)."""
+        keys = static_mask_keys(self.numbers[k], rows)
+        return make_examples(self.corpus, self.instances(k).take(rows), self.special, self.config,
+                             (self.seed, _STATIC_MASK, keys), self.is_continuation)
+
+
+class StaticStream:
+    """Static masking: the fixed table of `dupe_factor` passes per group, reshuffled per epoch."""
+
+    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
+                 seed: int, is_continuation: np.ndarray | None = None) -> None:
+        self.table = StaticTable(corpus, special, config, seed, is_continuation)
+        self.order = StaticOrder(seed, [self.table.size(g) for g in range(corpus.num_groups)])
+
+    def examples(self, indices: np.ndarray) -> Example:
+        groups, rows = self.order.locate(indices)
+        parts = [(where, self.table.examples(int(g), rows[where])) for g, where in _runs(groups)]
+        return assemble(parts, len(groups))
+
+
+def owned_indices(start: int, process_index: int, process_count: int, block_size: int,
+                  chunk: int = BLOCK_EXAMPLES) -> Iterator[np.ndarray]:
+    """Successive arrays of the global indices >= start with (i // block_size) % count == index.
+
+    Each array holds whole blocks, about `chunk` indices (the first may start mid-block).
+    """
     block = start // block_size
     block += (process_index - block) % process_count
+    blocks = max(1, chunk // block_size)
+    within = np.arange(block_size)
     while True:
-        first = block * block_size
-        yield from range(max(first, start), first + block_size)
-        block += process_count
+        firsts = (block + process_count * np.arange(blocks)) * block_size  # [blocks]
+        indices = (firsts[:, None] + within).reshape(-1)
+        yield indices[indices >= start]
+        block += process_count * blocks
 
 
-def _static_instances(
-    corpus: Corpus, config: PretrainingConfig, seed: int, indices: Iterator[int]
-) -> Iterator[tuple]:
-    """(index, instance, mask rng key) for the given increasing indices of the loop."""
-    table = static_instances(corpus, config, seed)
-    epoch, order = -1, None
-    for index in indices:
-        e, position = divmod(index, len(table))
-        if e != epoch:
-            epoch, order = e, _rng(seed, _STATIC_ORDER, e).permutation(len(table))
-        created = int(order[position])
-        yield index, PairInstance(*table[created].tolist()), (_STATIC_MASK, created)
+def make_stream(documents: Corpus | Iterable[Sequence[np.ndarray]], special: SpecialIds,
+                config: PretrainingConfig, seed: int,
+                is_continuation: np.ndarray | None = None) -> DynamicStream | StaticStream:
+    """The stream of `config.masking` over tokenized documents (a Corpus or lists of sentences)."""
+    if config.whole_word_masking and is_continuation is None:
+        raise ValueError(
+            "whole_word_masking=True needs is_continuation (True for the vocab's '##' pieces); "
+            "pass it or set whole_word_masking=False"
+        )
+    continuation = is_continuation if config.whole_word_masking else None
+    corpus = documents if isinstance(documents, Corpus) else Corpus(documents)
+    check_corpus(corpus, config.nsp)
+    stream_class = StaticStream if config.masking == "static" else DynamicStream
+    return stream_class(corpus, special, config, seed, continuation)
+
+
+def iterate_blocks(stream: Stream, *, start_index: int = 0, process_index: int = 0,
+                   process_count: int = 1, block_size: int = 1,
+                   chunk: int = BLOCK_EXAMPLES) -> Iterator[Example]:
+    """Endless blocks of this process's examples from global index start_index on.
+
+    This process yields the global examples i >= start_index with (i // block_size) %
+    process_count == process_index: with block_size = the per-host batch, each global batch
+    holds the same examples in the same order whatever the number of hosts.
+    """
+    if not 0 <= process_index < process_count:
+        raise ValueError(
+            f"process_index={process_index} must be in [0, process_count={process_count})"
+        )
+    if start_index < 0:
+        raise ValueError(f"start_index={start_index} must be >= 0")
+    if block_size < 1:
+        raise ValueError(f"block_size={block_size} must be >= 1")
+    for indices in owned_indices(start_index, process_index, process_count, block_size, chunk):
+        yield stream.examples(indices)
 
 
 def iterate_examples(
@@ -173,40 +389,16 @@ def iterate_examples(
     process_count: int = 1,
     is_continuation: np.ndarray | None = None,
     block_size: int = 1,
-) -> Iterator[dict[str, np.ndarray]]:
-    """Endless stream of this process's pretraining examples, from global index start_index.
+) -> Iterator[Example]:
+    """Endless stream of this process's examples one by one (see `iterate_blocks`).
 
-    `documents`: lists of sentences, each a 1-D int array of WordPiece ids. This process yields
-    the global examples i >= start_index with (i // block_size) % process_count ==
-    process_index: with block_size = the per-host batch, each global batch holds the same
-    examples in the same order whatever the number of hosts.
+    `documents`: a Corpus or lists of sentences, each a 1-D int array of WordPiece ids.
     `is_continuation` (bool per vocab id, True for '##' pieces) is needed for
     whole_word_masking and ignored otherwise.
     """
-    if not 0 <= process_index < process_count:
-        raise ValueError(
-            f"process_index={process_index} must be in [0, process_count={process_count})"
-        )
-    if start_index < 0:
-        raise ValueError(f"start_index={start_index} must be >= 0")
-    if config.whole_word_masking and is_continuation is None:
-        raise ValueError(
-            "whole_word_masking=True needs is_continuation (True for the vocab's '##' pieces); "
-            "pass it or set whole_word_masking=False"
-        )
-    continuation = is_continuation if config.whole_word_masking else None
-    corpus = documents if isinstance(documents, Corpus) else Corpus(documents)
-    check_corpus(corpus, config.nsp)
-    if block_size < 1:
-        raise ValueError(f"block_size={block_size} must be >= 1")
-    if config.masking == "static":
-        indices = _owned_indices(start_index, process_index, process_count, block_size)
-        stream = _static_instances(corpus, config, seed, indices)
-    else:
-        stream = (
-            item
-            for item in _dynamic_instances(corpus, config, seed)
-            if item[0] >= start_index and (item[0] // block_size) % process_count == process_index
-        )
-    for _, instance, (tag, key) in stream:
-        yield make_example(corpus, instance, special, config, _rng(seed, tag, key), continuation)
+    blocks = iterate_blocks(make_stream(documents, special, config, seed, is_continuation),
+                            start_index=start_index, process_index=process_index,
+                            process_count=process_count, block_size=block_size)
+    for block in blocks:
+        for row in range(len(block["input_ids"])):
+            yield {key: value[row] for key, value in block.items()}

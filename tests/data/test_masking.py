@@ -1,4 +1,4 @@
-"""Masked-LM masking statistics over 20,000 packed WikiText-2 examples."""
+"""Masked-LM masking statistics over 20,000 packed WikiText-2 examples, masked as one block."""
 
 import functools
 import types
@@ -9,11 +9,12 @@ import pytest
 from bertjax.data.masking import (
     SpecialIds,
     continuation_mask,
-    mask_tokens,
+    counter_bits,
+    mask_block,
     num_to_predict,
     random_token_ids,
 )
-from bertjax.data.nsp import Corpus, iterate_instances, pack
+from bertjax.data.nsp import Corpus, Instances, pack, plan_instances
 
 MAX_SEQ_LENGTH = 128
 MAX_PREDICTIONS = 20
@@ -54,20 +55,24 @@ def _packed(path, piece_chars=None):
     """[N, L] packed inputs, the special ids and the vocab tokens."""
     documents, tokens = load_documents(path, piece_chars)
     special = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=len(tokens))
-    corpus, rng, inputs = Corpus(documents), np.random.default_rng(0), []
-    while len(inputs) < NUM_EXAMPLES:
-        order = rng.permutation(corpus.num_documents)
-        for inst in iterate_instances(corpus, order, rng, max_seq_length=MAX_SEQ_LENGTH):
-            inputs.append(pack(corpus, inst, special, MAX_SEQ_LENGTH)[0])
-    return np.stack(inputs[:NUM_EXAMPLES]), special, tokens
+    corpus, passes, total = Corpus(documents), [], 0
+    while total < NUM_EXAMPLES:
+        rng = np.random.default_rng(len(passes))
+        passes.append(plan_instances(corpus, rng, max_seq_length=MAX_SEQ_LENGTH))
+        total += len(passes[-1].doc)
+    inputs = pack(corpus, Instances.concatenate(passes), special, MAX_SEQ_LENGTH)[0]
+    return inputs[:NUM_EXAMPLES], special, tokens
+
+
+def mask(inputs, special, seed=1, keys=None, **options):
+    keys = np.arange(len(inputs)) if keys is None else keys
+    return mask_block(inputs, special, seed, 0, keys, **options)
 
 
 @functools.cache
 def _masked(path):
     inputs, special, _ = _packed(path)
-    rng = np.random.default_rng(1)
-    masked = [mask_tokens(x, special, rng) for x in inputs]
-    return inputs, special, [np.stack(field) for field in zip(*masked, strict=True)]
+    return inputs, special, mask(inputs, special)
 
 
 @pytest.fixture
@@ -76,20 +81,21 @@ def masked(wikitext_valid):
 
 
 def _selected(positions, weights):
-    """(example, position) index pairs of the real targets."""
-    rows, cols = np.nonzero(weights)
-    return rows, positions[rows, cols], cols
+    """(example, position, slot) index triples of the real targets."""
+    rows, slots = np.nonzero(weights)
+    return rows, positions[rows, slots], slots
 
 
 def test_selection_rate_is_15_percent(masked):
     inputs, special, (_, positions, _, weights) = masked
-    candidates = np.isin(inputs, [special.pad, special.cls, special.sep, special.mask])
-    n = (~candidates).sum(axis=1)
+    structural = np.isin(inputs, [special.pad, special.cls, special.sep, special.mask])
+    n = (~structural).sum(axis=1)
     uncapped = np.round(n * 0.15) < MAX_PREDICTIONS
     assert uncapped.mean() > 0.9
     rate = weights[uncapped].sum() / n[uncapped].sum()
     print(f"selection rate {rate:.4f} of {n[uncapped].sum()} non-special tokens")
     assert abs(rate - 0.15) <= 0.005
+    np.testing.assert_array_equal(weights.sum(axis=1), num_to_predict(n, 0.15, MAX_PREDICTIONS))
 
 
 def test_replacement_split_is_80_10_10(masked):
@@ -106,14 +112,28 @@ def test_replacement_split_is_80_10_10(masked):
     assert abs(kept - 0.1) <= 0.01
 
 
+def test_selected_positions_are_uniform_over_the_sequence(masked):
+    """Among rows of full length, every non-special position is chosen equally often."""
+    inputs, special, (_, positions, _, weights) = masked
+    full = (inputs != special.pad).all(axis=1)
+    rows, cols, _ = _selected(positions[full], weights[full])
+    counts = np.bincount(cols, minlength=MAX_SEQ_LENGTH)
+    seps = np.isin(inputs[full], [special.cls, special.sep]).sum(axis=0)
+    open_positions = seps == 0  # never [CLS] or [SEP] in any of these rows
+    observed = counts[open_positions]
+    share = observed.sum() / open_positions.sum()
+    chi2 = ((observed - share) ** 2 / share).sum()
+    df = open_positions.sum() - 1
+    assert full.sum() > 1000 and abs(chi2 - df) < 5 * np.sqrt(2 * df), (chi2, df)
+
+
 def test_specials_never_masked_and_positions_unique(masked):
     inputs, special, (corrupted, positions, ids, weights) = masked
     structural = [special.pad, special.cls, special.sep, special.mask]
     rows, cols, _ = _selected(positions, weights)
     assert not np.isin(inputs[rows, cols], structural).any()
-    for p, w in zip(positions, weights, strict=True):
-        real = p[w > 0]
-        assert np.unique(real).size == real.size
+    real = np.where(weights > 0, positions, -1)
+    assert (np.diff(real, axis=1)[(weights[:, 1:] > 0)] > 0).all()  # ascending, so unique
     # Weights are ones then zeros; padding targets are zero.
     assert (np.diff(weights, axis=1) <= 0).all()
     assert not positions[weights == 0].any() and not ids[weights == 0].any()
@@ -125,18 +145,35 @@ def test_specials_never_masked_and_positions_unique(masked):
     assert not np.isin(corrupted[changed & (corrupted != special.mask)], structural).any()
 
 
+def test_a_row_depends_on_its_key_alone(masked):
+    """Masking row i alone, or inside another block, gives the same arrays: the property
+    that makes examples a pure function of (seed, index)."""
+    inputs, special, whole = masked
+    picks = np.array([7, 19_999, 3, 12_345])
+    alone = mask(inputs[picks], special, keys=picks)
+    for field, expected in zip(alone, whole, strict=True):
+        np.testing.assert_array_equal(field, expected[picks])
+    other_seed = mask(inputs[picks], special, seed=2, keys=picks)
+    assert not np.array_equal(other_seed.masked_lm_positions, alone.masked_lm_positions)
+
+
+def test_counter_bits_are_uniform_and_independent():
+    bits = counter_bits(0, 0, np.arange(4096), 64)  # [4096, 64]
+    u = (bits >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
+    for axis in (0, 1):  # neighbouring keys and neighbouring columns are uncorrelated
+        a, b = np.swapaxes(u, 0, axis)[:-1].ravel(), np.swapaxes(u, 0, axis)[1:].ravel()
+        assert abs(np.corrcoef(a, b)[0, 1]) < 0.01
+    ones = np.unpackbits(bits.view(np.uint8)).mean()
+    assert abs(ones - 0.5) < 0.002
+    assert not np.array_equal(counter_bits(0, 1, np.arange(8), 4), counter_bits(0, 0,
+                                                                                np.arange(8), 4))
+
+
 def test_cap_at_max_predictions(masked):
     inputs, special, _ = masked
-    rng = np.random.default_rng(2)
-    counts = [
-        mask_tokens(x, special, rng, max_predictions_per_seq=5).masked_lm_weights.sum()
-        for x in inputs[:500]
-    ]
-    assert (
-        max(counts) == 5
-        and len(mask_tokens(inputs[0], special, rng, max_predictions_per_seq=5).masked_lm_positions)
-        == 5
-    )
+    out = mask(inputs[:500], special, max_predictions_per_seq=5)
+    assert out.masked_lm_positions.shape == (500, 5) and out.masked_lm_weights.sum(1).max() == 5
 
 
 def test_num_to_predict():
@@ -144,37 +181,79 @@ def test_num_to_predict():
     assert num_to_predict(2, 0.15, 20) == 1
     assert num_to_predict(100, 0.15, 20) == 15
     assert num_to_predict(1000, 0.15, 20) == 20
+    np.testing.assert_array_equal(num_to_predict(np.array([10, 30, 50]), 0.15, 20), [2, 4, 8])
 
 
 def test_random_tokens_skip_structural_ids_and_cover_the_rest():
     special = SpecialIds(pad=0, cls=101, sep=102, mask=103, vocab_size=200)
-    draws = random_token_ids(np.random.default_rng(0), special, 100_000)
+    draws = random_token_ids(counter_bits(0, 0, np.arange(1000), 100).ravel(), special)
     assert draws.dtype == np.int32
     assert set(np.unique(draws).tolist()) == set(range(1, 200)) - {101, 102, 103}
+    counts = np.bincount(draws, minlength=200)[draws.min():]
+    counts = counts[counts > 0]
+    expected = draws.size / counts.size
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert abs(chi2 - (counts.size - 1)) < 5 * np.sqrt(2 * (counts.size - 1))
 
 
 def test_whole_word_masking_selects_whole_words(wikitext_valid):
     inputs, special, tokens = _packed(wikitext_valid, piece_chars=4)
+    inputs = inputs[:5000]
     is_continuation = continuation_mask(tokens)
     assert is_continuation.mean() > 0.1
-    rng = np.random.default_rng(3)
-    total = selected = 0
-    for x in inputs[:5000]:
-        out = mask_tokens(x, special, rng, is_continuation=is_continuation)
-        chosen = np.zeros(x.size, bool)
-        chosen[out.masked_lm_positions[out.masked_lm_weights > 0]] = True
-        # A word: a piece and the '##' pieces after it; a '##' piece cut loose by
-        # truncation (right after [CLS] or [SEP]) is a word of its own.
-        word_start = ~is_continuation[x] | (np.arange(x.size) == 0)
-        word_start[1:] |= x[:-1] <= 4
-        word_id = np.cumsum(word_start)  # pieces of one word share an id
-        for w in np.unique(word_id[chosen]):
-            assert chosen[word_id == w].all(), "a word was selected in part"
-        budget = num_to_predict(int((x > 4).sum()), 0.15, MAX_PREDICTIONS)
-        assert chosen.sum() <= budget  # whole words never overflow the budget
-        total += budget
-        selected += int(chosen.sum())
-    assert selected / total > 0.95  # and nearly fill it
+    out = mask(inputs, special, seed=3, is_continuation=is_continuation)
+    rows, cols, _ = _selected(out.masked_lm_positions, out.masked_lm_weights)
+    chosen = np.zeros(inputs.shape, bool)
+    chosen[rows, cols] = True
+    # A word: a piece and the '##' pieces after it; a '##' piece cut loose by
+    # truncation (right after [CLS] or [SEP]) is a word of its own.
+    word_start = ~is_continuation[inputs]
+    word_start[:, 0] = True
+    word_start[:, 1:] |= inputs[:, :-1] <= 4
+    word = np.cumsum(word_start.ravel()).reshape(inputs.shape)  # pieces of a word share an id
+    partly = np.bincount(word[chosen], minlength=word.max() + 1)
+    whole = np.bincount(word.ravel(), minlength=word.max() + 1)
+    touched = partly > 0
+    assert (partly[touched] == whole[touched]).all(), "a word was selected in part"
+    budget = num_to_predict((inputs > 4).sum(axis=1), 0.15, MAX_PREDICTIONS)
+    assert (chosen.sum(axis=1) <= budget).all()  # whole words never overflow the budget
+    assert chosen.sum() / budget.sum() > 0.95  # and nearly fill it
+    assert chosen.sum() / (inputs > 4).sum() == pytest.approx(0.15, abs=0.01)
+    choice = out.input_ids[rows, cols]
+    assert np.mean(choice == special.mask) == pytest.approx(0.8, abs=0.02)
+
+
+def _reference_whole_words(row, special, is_continuation, bits, budget):
+    """google-research/bert's greedy whole-word pick for one row, written as a loop, with the
+    word order given by the high half of each word's first draw."""
+    words = []
+    for pos, token in enumerate(row.tolist()):
+        if token in (special.pad, special.cls, special.sep, special.mask):
+            continue
+        if words and is_continuation[token] and words[-1][-1] == pos - 1:
+            words[-1].append(pos)
+        else:
+            words.append([pos])
+    chosen = []
+    for word in sorted(words, key=lambda w: int(bits[w[0]] >> np.uint64(32))):
+        if len(chosen) >= budget:
+            break
+        if len(chosen) + len(word) <= budget:
+            chosen += word
+    return sorted(chosen)
+
+
+def test_whole_word_selection_matches_a_per_row_reference(wikitext_valid):
+    inputs, special, tokens = _packed(wikitext_valid, piece_chars=3)
+    inputs, keys = inputs[:300], np.arange(300) + 10_000
+    is_continuation = continuation_mask(tokens)
+    out = mask(inputs, special, keys=keys, is_continuation=is_continuation)
+    bits = counter_bits(1, 0, keys, MAX_SEQ_LENGTH)
+    budget = num_to_predict((inputs > 4).sum(axis=1), 0.15, MAX_PREDICTIONS)
+    for row in range(len(inputs)):
+        got = out.masked_lm_positions[row][out.masked_lm_weights[row] > 0].tolist()
+        assert got == _reference_whole_words(inputs[row], special, is_continuation, bits[row],
+                                             budget[row]), row
 
 
 def test_special_ids_from_vocabulary_and_validation():
@@ -183,9 +262,5 @@ def test_special_ids_from_vocabulary_and_validation():
     with pytest.raises(ValueError, match="distinct"):
         SpecialIds(0, 0, 1, 2, 10)
     with pytest.raises(ValueError, match="one bool per vocabulary id"):
-        mask_tokens(
-            np.arange(5, 10),
-            SpecialIds(0, 1, 2, 3, 10),
-            np.random.default_rng(0),
-            is_continuation=np.zeros(3, bool),
-        )
+        mask_block(np.arange(5, 10)[None], SpecialIds(0, 1, 2, 3, 10), 0, 0, np.arange(1),
+                   is_continuation=np.zeros(3, bool))

@@ -1,6 +1,4 @@
-"""Sentence-pair instances on WikiText-2 (paragraphs as documents, ' . ' as sentence breaks)."""
-
-import bisect
+"""Sentence-pair planning on WikiText-2 (paragraphs as documents, ' . ' as sentence breaks)."""
 
 import numpy as np
 import pytest
@@ -10,10 +8,10 @@ from bertjax.data.nsp import (
     IS_NEXT,
     RANDOM_NEXT,
     Corpus,
-    PairInstance,
-    document_instances,
-    iterate_instances,
+    Instances,
+    check_corpus,
     pack,
+    plan_instances,
     truncation,
 )
 
@@ -33,14 +31,21 @@ def corpus(wikitext_words):
     return _CACHE["corpus"]
 
 
+def plan(corpus, seed, **options):
+    options.setdefault("max_seq_length", MAX_SEQ_LENGTH)
+    return plan_instances(corpus, np.random.default_rng(seed), **options)
+
+
 @pytest.fixture
 def instances(corpus):
+    """At least NUM_INSTANCES instances from passes with seeds 0, 1, ...; [N] fields."""
     if "instances" not in _CACHE:
-        rng, out = np.random.default_rng(0), []
-        while len(out) < NUM_INSTANCES:
-            order = rng.permutation(corpus.num_documents)
-            out.extend(iterate_instances(corpus, order, rng, max_seq_length=MAX_SEQ_LENGTH))
-        _CACHE["instances"] = np.array(out[:NUM_INSTANCES])  # [N, 7]
+        passes, total, seed = [], 0, 0
+        while total < NUM_INSTANCES:
+            passes.append(plan(corpus, seed))
+            total += len(passes[-1].doc)
+            seed += 1
+        _CACHE["instances"] = Instances.concatenate(passes)
     return _CACHE["instances"]
 
 
@@ -56,110 +61,140 @@ def _reference_truncation(len_a, len_b, max_tokens):
 
 
 def test_truncation_matches_reference():
-    for len_a in range(1, 25):
-        for len_b in range(1, 25):
-            for max_tokens in range(2, 40):
-                assert truncation(len_a, len_b, max_tokens) == _reference_truncation(
-                    len_a, len_b, max_tokens
-                )
+    grid = np.array([(a, b, m) for a in range(1, 25) for b in range(1, 25) for m in range(2, 40)])
+    cut_a, cut_b = truncation(grid[:, 0], grid[:, 1], grid[:, 2:3].ravel())
+    expected = np.array([_reference_truncation(*row) for row in grid.tolist()])
+    np.testing.assert_array_equal(np.stack([cut_a, cut_b], axis=1), expected)
 
 
 def test_is_next_rate_is_half(instances):
-    rate = np.mean(instances[:, 6] == IS_NEXT)
-    print(f"IsNext rate {rate:.4f} over {len(instances)} instances")
+    rate = np.mean(instances.label == IS_NEXT)
+    print(f"IsNext rate {rate:.4f} over {len(instances.label)} instances")
     assert abs(rate - 0.5) <= 0.01
 
 
 def test_pairs_fit_and_are_nonempty(instances):
-    len_a = instances[:, 2] - instances[:, 1]
-    len_b = instances[:, 5] - instances[:, 4]
+    len_a = instances.a_stop - instances.a_start
+    len_b = instances.b_stop - instances.b_start
     assert len_a.min() >= 1 and len_b.min() >= 1
     assert (len_a + len_b).max() <= MAX_SEQ_LENGTH - 3
     assert (len_a + len_b).max() == MAX_SEQ_LENGTH - 3  # long chunks are truncated to fit
 
 
+def test_segments_lie_in_their_documents(corpus, instances):
+    token_doc = np.repeat(np.arange(corpus.num_documents),
+                          np.diff(corpus.sentence_starts[corpus.doc_sentences]))
+    assert (token_doc[instances.a_start] == instances.doc).all()
+    assert (token_doc[instances.a_stop - 1] == instances.doc).all()
+    assert (token_doc[instances.b_start] == instances.b_doc).all()
+    assert (token_doc[instances.b_stop - 1] == instances.b_doc).all()
+
+
 def test_is_next_continues_and_random_next_comes_from_another_document(corpus, instances):
-    for row in instances:
-        doc, _, a_stop, b_doc, b_start, _, label = row.tolist()
-        if label == IS_NEXT:
-            # A ends and B starts at the same sentence break, up to the truncated tokens.
-            offsets = corpus.offsets[doc]
-            k = bisect.bisect_left(offsets, a_stop)
-            assert b_doc == doc and a_stop <= offsets[k] <= b_start
-        else:
-            assert label == RANDOM_NEXT and b_doc != doc
+    is_next = instances.label == IS_NEXT
+    assert (instances.b_doc[is_next] == instances.doc[is_next]).all()
+    # A ends and B starts at the same sentence break, up to the truncated tokens.
+    starts = corpus.sentence_starts
+    a_stop, b_start = instances.a_stop[is_next], instances.b_start[is_next]
+    boundary = starts[np.searchsorted(starts, a_stop, side="left")]
+    assert ((a_stop <= boundary) & (boundary <= b_start)).all()
+    random_next = instances.label == RANDOM_NEXT
+    assert (random_next | is_next).all()
+    assert (instances.b_doc[random_next] != instances.doc[random_next]).all()
+
+
+def test_random_next_documents_are_uniform(corpus, instances):
+    """Random next segments come from every other document, single-sentence ones included."""
+    chosen = np.bincount(instances.b_doc[instances.label == RANDOM_NEXT],
+                         minlength=corpus.num_documents)
+    expected = chosen.sum() / corpus.num_documents
+    single = corpus.sentences_per_document() == 1
+    assert chosen[single].sum() > 0
+    chi2 = ((chosen - expected) ** 2 / expected).sum()  # df = D - 1, sd = sqrt(2 (D - 1))
+    df = corpus.num_documents - 1
+    assert abs(chi2 - df) < 5 * np.sqrt(2 * df), (chi2, df)
 
 
 def test_single_sentence_documents_never_give_segment_a(corpus, instances):
-    assert all(len(corpus.offsets[d]) > 2 for d in np.unique(instances[:, 0]))
+    assert (corpus.sentences_per_document()[np.unique(instances.doc)] >= 2).all()
 
 
 def test_one_pass_covers_the_multi_sentence_documents(corpus):
     """Unused sentences of random-next chunks are put back: (nearly) every sentence is used."""
-    rng = np.random.default_rng(1)
-    used = total = 0
-    for doc, offsets in enumerate(corpus.offsets):
-        if len(offsets) < 3:
-            continue
-        covered = np.zeros(offsets[-1], bool)
-        for inst in document_instances(corpus, doc, rng, max_seq_length=MAX_SEQ_LENGTH):
-            covered[inst.a_start : inst.a_stop] = True
-            if inst.is_random_next == IS_NEXT:
-                covered[inst.b_start : inst.b_stop] = True
-        starts = np.array(offsets[:-1])
-        stops = np.array(offsets[1:])
-        used += sum(covered[s:e].any() for s, e in zip(starts, stops, strict=True))
-        total += len(starts)
-    assert used / total > 0.99
-
-
-def one_pass(corpus, seed, **options):
-    """The instances of one pass over the documents in order, as rows [N, 7]."""
-    rng = np.random.default_rng(seed)
-    documents = range(corpus.num_documents)
-    return np.array(list(iterate_instances(corpus, documents, rng, max_seq_length=MAX_SEQ_LENGTH,
-                                           **options)))
+    rows = plan(corpus, 1)
+    covered = np.zeros(corpus.tokens.size + 1, np.int64)  # +1 at starts, -1 at stops
+    is_next = rows.label == IS_NEXT
+    for start, stop in ((rows.a_start, rows.a_stop), (rows.b_start[is_next], rows.b_stop[is_next])):
+        np.add.at(covered, start, 1)
+        np.add.at(covered, stop, -1)
+    token_used = np.cumsum(covered)[:-1] > 0
+    sentence_used = np.add.reduceat(token_used, corpus.sentence_starts[:-1]) > 0
+    multi = np.repeat(corpus.sentences_per_document() >= 2, corpus.sentences_per_document())
+    assert sentence_used[multi].mean() > 0.99
 
 
 def test_short_seq_prob_shortens_targets(corpus):
     def mean_length(short_seq_prob):
-        rows = one_pass(corpus, 2, short_seq_prob=short_seq_prob)
-        return np.mean(rows[:, 2] - rows[:, 1] + rows[:, 5] - rows[:, 4])
+        rows = plan(corpus, 2, short_seq_prob=short_seq_prob)
+        return np.mean(rows.a_stop - rows.a_start + rows.b_stop - rows.b_start)
 
     assert mean_length(1.0) < 0.8 * mean_length(0.0)
 
 
 def test_no_nsp_gives_consecutive_single_segments(corpus):
-    rows = one_pass(corpus, 3, short_seq_prob=0.0, nsp=False)
-    assert (rows[:, 3] == -1).all() and (rows[:, 6] == 0).all()
-    assert (rows[:, 2] - rows[:, 1]).max() == MAX_SEQ_LENGTH - 2
-    assert (rows[:, 2] > rows[:, 1]).all()
-    same_doc = rows[1:, 0] == rows[:-1, 0]
-    assert (rows[1:, 1][same_doc] >= rows[:-1, 2][same_doc]).all()  # in order, no overlap
-    assert len(np.unique(rows[:, 0])) == corpus.num_documents  # one-sentence docs too
+    rows = plan(corpus, 3, short_seq_prob=0.0, nsp=False)
+    assert (rows.b_doc == -1).all() and (rows.label == 0).all()
+    assert (rows.a_stop - rows.a_start).max() == MAX_SEQ_LENGTH - 2
+    assert (rows.a_stop > rows.a_start).all()
+    same_doc = rows.doc[1:] == rows.doc[:-1]
+    assert (rows.a_start[1:][same_doc] >= rows.a_stop[:-1][same_doc]).all()  # in order
+    assert len(np.unique(rows.doc)) == corpus.num_documents  # one-sentence docs too
+
+
+def test_a_document_range_plans_as_a_corpus_of_its_own(corpus):
+    """Documents [lo, hi) pair among themselves, exactly as if they were the whole corpus:
+    what lets a Beam worker build one static group from that group's documents alone."""
+    lo, hi = 100, 400
+    inside = plan(corpus, 5, documents=(lo, hi))
+    first, stop = corpus.doc_sentences[lo], corpus.doc_sentences[hi]
+    own = Corpus.from_arrays(
+        corpus.tokens[corpus.sentence_starts[first]:corpus.sentence_starts[stop]],
+        np.diff(corpus.sentence_starts)[first:stop], corpus.sentences_per_document()[lo:hi])
+    alone = plan(own, 5)
+    shift = corpus.sentence_starts[first]
+    for docs in (inside.doc, inside.b_doc):
+        assert ((docs >= lo) & (docs < hi)).all()
+    for field in ("a_start", "a_stop", "b_start", "b_stop"):
+        np.testing.assert_array_equal(getattr(inside, field), getattr(alone, field) + shift)
+    np.testing.assert_array_equal(inside.doc, alone.doc + lo)
+    np.testing.assert_array_equal(inside.label, alone.label)
 
 
 def test_pack_layout():
     corpus = Corpus([[np.array([5, 6, 7]), np.array([8, 9])], [np.array([10])]])
-    pair = PairInstance(0, 0, 3, 0, 3, 5, IS_NEXT)
-    input_ids, input_mask, segment_ids = pack(corpus, pair, SPECIAL, 10)
-    assert input_ids.tolist() == [2, 5, 6, 7, 3, 8, 9, 3, 0, 0]
-    assert input_mask.tolist() == [1] * 8 + [0] * 2
-    assert segment_ids.tolist() == [0] * 5 + [1] * 3 + [0] * 2
-    single = PairInstance(1, 0, 1, -1, 0, 0, 0)
-    input_ids, input_mask, segment_ids = pack(corpus, single, SPECIAL, 5)
-    assert input_ids.tolist() == [2, 10, 3, 0, 0]
-    assert input_mask.tolist() == [1, 1, 1, 0, 0] and not segment_ids.any()
+    pair = Instances(*(np.array([v]) for v in (0, 0, 3, 0, 3, 5, IS_NEXT)))
+    single = Instances(*(np.array([v]) for v in (1, 5, 6, -1, 0, 0, 0)))
+    input_ids, input_mask, segment_ids = pack(corpus, Instances.concatenate([pair, single]),
+                                              SPECIAL, 10)
+    assert input_ids.tolist() == [[2, 5, 6, 7, 3, 8, 9, 3, 0, 0], [2, 10, 3, 0, 0, 0, 0, 0, 0, 0]]
+    assert input_mask.tolist() == [[1] * 8 + [0] * 2, [1] * 3 + [0] * 7]
+    assert segment_ids.tolist() == [[0] * 5 + [1] * 3 + [0] * 2, [0] * 10]
+    assert input_ids.dtype == input_mask.dtype == segment_ids.dtype == np.int32
 
 
-def test_corpus_drops_empty_sentences_and_documents():
-    corpus = Corpus([[], [np.array([], np.int32)], [np.array([5]), np.array([], np.int32)]])
-    assert corpus.num_documents == 1 and corpus.offsets == [[0, 1]]
+def test_corpus_drops_empty_sentences_and_documents_within_groups():
+    empty = np.array([], np.int32)
+    corpus = Corpus([[], [empty], [np.array([5]), empty, np.array([6, 7])], [np.array([8])]],
+                    group_sizes=[2, 2])
+    assert corpus.num_documents == 2 and corpus.sentence_starts.tolist() == [0, 1, 3, 4]
+    assert corpus.doc_sentences.tolist() == [0, 2, 3]
+    assert [corpus.group(g) for g in range(2)] == [(0, 0), (0, 2)]
+    assert corpus.document_tokens(0).tolist() == [5, 6, 7]
 
 
 def test_nsp_without_multi_sentence_documents_is_an_error():
     corpus = Corpus([[np.array([5, 6])], [np.array([7])]])
-    rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="NSP=False"):
-        list(iterate_instances(corpus, [0, 1], rng, max_seq_length=16))
-    assert len(list(iterate_instances(corpus, [0, 1], rng, max_seq_length=16, nsp=False))) == 2
+        check_corpus(corpus, nsp=True)
+    assert len(plan(corpus, 0, max_seq_length=16).doc) == 0
+    assert len(plan(corpus, 0, max_seq_length=16, nsp=False).doc) == 2

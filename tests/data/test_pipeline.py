@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 import seqio
 
-from bertjax.data.pipeline import BertPretrainingSource, default_max_predictions
+from bertjax.data.pipeline import (
+    BertPretrainingSource,
+    default_max_predictions,
+    group_bounds,
+    read_group,
+)
+from bertjax.data.source import DataError, load_documents
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +49,9 @@ def test_batches_have_the_pretraining_features(source):
 
 def test_tokenization_in_tf_data_matches_python_encode(source, bert_sample):
     first = bert_sample.read_text(encoding="utf-8").splitlines()[0]
-    start, stop = source.corpus.offsets[0][:2]
-    ids = source.corpus.tokens[0][start:stop]
+    corpus = source.corpus
+    start, stop = corpus.sentence_starts[:2]  # the first sentence of the first document
+    ids = corpus.tokens[start:stop]
     assert list(ids) == source.vocab.encode(first)
 
 
@@ -84,3 +91,39 @@ def test_learned_vocabulary_is_kept_in_the_workdir(tmp_path, bert_sample):
     second.prepare(tmp_path)  # a resumed run keeps the ids it trained with
     assert (tmp_path / "vocab.txt").read_text() == stored
     assert second.vocab_size == first.vocab_size
+
+
+def test_batches_are_the_examples_of_the_stream(source):
+    """tf.data receives blocks and unbatches them: batches are the stream's examples in order."""
+    batches = take(source.batches(3, 64, 4), 5)
+    examples = take(source.examples(64, 4, 3, 0, 1), 20)
+    for key in batches[0]:
+        np.testing.assert_array_equal(np.concatenate([b[key] for b in batches]),
+                                      np.stack([e[key] for e in examples]), err_msg=key)
+
+
+def test_static_groups_are_contiguous_shares_of_the_documents(tmp_path):
+    assert group_bounds(10, 3) == [0, 3, 6, 10]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(f"Document {d} starts here.\nIt has a second sentence.\n"
+                                   f"And a third one, number {d}." for d in range(7)))
+    documents = load_documents(str(corpus))
+    groups = [read_group(str(corpus), "bert", "text", 3, g) for g in range(3)]
+    assert sum(groups, []) == documents and [len(g) for g in groups] == [2, 2, 3]
+    grouped = BertPretrainingSource(corpus=str(corpus), vocab_size=200, masking="static",
+                                    static_groups=3, dupe_factor=2)
+    grouped.prepare(tmp_path / "work")
+    assert [np.diff(grouped.corpus.group(g))[0] for g in range(3)] == [2, 2, 3]
+    assert next(grouped.batches(0, 16, 4))["input_ids"].shape == (4, 16)
+    too_many = BertPretrainingSource(corpus=str(corpus), vocab_size=200, masking="static",
+                                     static_groups=4)
+    with pytest.raises(DataError, match="bert_pretraining_source: static group 0 has fewer"):
+        too_many.prepare(tmp_path / "work")
+
+
+def test_cache_dir_needs_static_masking_and_its_vocabulary(tmp_path):
+    with pytest.raises(DataError, match="masking='static'"):
+        BertPretrainingSource(cache_dir=str(tmp_path))
+    cached = BertPretrainingSource(cache_dir=str(tmp_path), masking="static")
+    with pytest.raises(DataError, match="set bert_pretraining_source.vocab to its vocab.txt"):
+        cached.prepare(tmp_path / "work")
