@@ -256,6 +256,58 @@ def test_whole_word_selection_matches_a_per_row_reference(wikitext_valid):
                                              budget[row]), row
 
 
+M64 = 2**64 - 1
+
+
+def _py_mix(x):
+    """SplitMix64's finalizer on a Python int (the definition, independent of numpy)."""
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def _reference_mask_row(row, special, bits, budget):
+    """One row masked from the definition, in plain Python: the `budget` non-special positions
+    with the smallest high halves of their draws are selected; a draw's low half u / 2**32
+    below 0.8 gives [MASK], below 0.9 a random id (the k-th non-structural id, k from the high
+    half of the rehashed draw), else the token stays."""
+    row, bits = row.tolist(), [int(b) for b in bits]
+    structural = {special.pad, special.cls, special.sep, special.mask}
+    candidates = [pos for pos, token in enumerate(row) if token not in structural]
+    chosen = sorted(sorted(candidates, key=lambda pos: bits[pos] >> 32)[:budget])
+    allowed = [i for i in range(special.vocab_size) if i not in structural]
+    out = list(row)
+    for pos in chosen:
+        u = (bits[pos] & 0xFFFFFFFF) / 2**32
+        if u < 0.8:
+            out[pos] = special.mask
+        elif u < 0.9:
+            rehash = _py_mix(bits[pos] ^ 0x9E3779B97F4A7C15)
+            out[pos] = allowed[((rehash >> 32) * len(allowed)) >> 32]
+    return out, chosen, [row[pos] for pos in chosen]
+
+
+def test_masking_matches_a_per_row_reference(wikitext_valid):
+    """mask_block over a block equals the definition applied row by row."""
+    inputs, special, _ = _packed(wikitext_valid)
+    inputs, keys = inputs[:400], np.arange(400) * 7 + 3
+    out = mask(inputs, special, keys=keys)
+    bits = counter_bits(1, 0, keys, MAX_SEQ_LENGTH)
+    budget = num_to_predict((inputs > 4).sum(axis=1), 0.15, MAX_PREDICTIONS)
+    randoms = 0
+    for row in range(len(inputs)):
+        corrupted, positions, ids = _reference_mask_row(inputs[row], special, bits[row],
+                                                        int(budget[row]))
+        real = out.masked_lm_weights[row] > 0
+        assert out.input_ids[row].tolist() == corrupted, row
+        assert out.masked_lm_positions[row][real].tolist() == positions, row
+        assert out.masked_lm_ids[row][real].tolist() == ids, row
+        assert real.sum() == len(positions) and not out.masked_lm_positions[row][~real].any()
+        original = inputs[row].tolist()
+        randoms += sum(c not in (special.mask, o) for c, o in zip(corrupted, original, strict=True))
+    assert randoms > 100  # the random-token branch was exercised
+
+
 def test_special_ids_from_vocabulary_and_validation():
     vocab = types.SimpleNamespace(pad_id=0, cls_id=101, sep_id=102, mask_id=103, vocab_size=30522)
     assert SpecialIds.from_vocabulary(vocab) == SpecialIds(0, 101, 102, 103, 30522)

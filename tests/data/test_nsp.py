@@ -198,3 +198,22 @@ def test_nsp_without_multi_sentence_documents_is_an_error():
         check_corpus(corpus, nsp=True)
     assert len(plan(corpus, 0, max_seq_length=16).doc) == 0
     assert len(plan(corpus, 0, max_seq_length=16, nsp=False).doc) == 2
+
+
+def test_pack_matches_a_per_row_reference(corpus, instances):
+    """Packing a block equals building each row by list concatenation, with or without B."""
+    rows = np.random.default_rng(0).choice(len(instances.doc), 500, replace=False)
+    table = instances.take(rows)
+    single = table._replace(b_doc=np.where(np.arange(500) % 3 == 0, -1, table.b_doc))
+    for block in (table, single):
+        input_ids, input_mask, segment_ids = pack(corpus, block, SPECIAL, MAX_SEQ_LENGTH)
+        for r in range(500):
+            a = corpus.tokens[block.a_start[r]:block.a_stop[r]].tolist()
+            ids, segments = [SPECIAL.cls, *a, SPECIAL.sep], [0] * (len(a) + 2)
+            if block.b_doc[r] >= 0:
+                b = corpus.tokens[block.b_start[r]:block.b_stop[r]].tolist()
+                ids, segments = ids + b + [SPECIAL.sep], segments + [1] * (len(b) + 1)
+            pad = MAX_SEQ_LENGTH - len(ids)
+            assert input_ids[r].tolist() == ids + [SPECIAL.pad] * pad, r
+            assert input_mask[r].tolist() == [1] * len(ids) + [0] * pad, r
+            assert segment_ids[r].tolist() == segments + [0] * pad, r
