@@ -14,10 +14,12 @@ BERT rows also as a ratio to the 8,000 examples/s target at seq 128 (`1.23x`).
 
     python benchmarks/pretraining_pipeline.py                 # the full run (a few minutes)
     python benchmarks/pretraining_pipeline.py --quick --json=out.json     # seconds
+    python benchmarks/pretraining_pipeline.py --no-others --baseline=5d7cd1a  # vs that commit
 
 The machine may be shared: the script warns when the load average exceeds the core count, and
-the spread says how far to trust a row. Compare commits by running this script on each
-(e.g. in a scratch worktree of the parent commit) and `--label` the runs.
+the spread says how far to trust a row. `--baseline=COMMIT` measures that commit's package
+side by side (its tree from `git archive`, imported by a child process running this script,
+once before and once after this commit's rows), so the speed-up is read from one run.
 """
 
 import argparse
@@ -57,6 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="seconds: stdlib only, 2 x 10 batches, 3 warm-up, no cache row")
     p.add_argument("--label", default="", help="a name for this run in the output (e.g. a commit)")
+    p.add_argument("--baseline", default="",
+                   help="a git commit (e.g. the parent) to time first with the same settings, "
+                        "rows interleaved: prints each BERT row's speed-up over it")
     p.add_argument("--json", default=None, help="write the results to this file")
     args = p.parse_args(argv)
     if args.quick:
@@ -231,8 +236,53 @@ def git_commit() -> str:
     return ""
 
 
+def own_options_dropped(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """argv without the options `names` (as --name=value or --name value)."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in names:
+            skip = True
+        elif not arg.startswith(tuple(f"{name}=" for name in names)):
+            kept.append(arg)
+    return kept
+
+
+def run_baseline(commit: str, argv: list[str], root: pathlib.Path) -> dict[str, float]:
+    """Examples/s of each row at `commit`: this script run on that commit's package."""
+    tree = root / f"baseline-{commit}"
+    tree.mkdir(exist_ok=True)
+    if not (tree / "bertjax").is_dir():
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "bertjax"],
+                                 check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    out = root / f"baseline-{commit}-{time.monotonic_ns()}.json"
+    command = [sys.executable, __file__, *argv, f"--json={out}", f"--label=baseline {commit}"]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    run = subprocess.run(command, env=env, text=True, capture_output=True)
+    if run.returncode:
+        raise SystemExit(f"baseline {commit} failed:\n{run.stderr[-3000:]}")
+    print(run.stdout.rstrip(), flush=True)
+    rows = json.loads(out.read_text())["rows"]
+    return {row["row"]: row["examples_per_s"] for row in rows}
+
+
+def compare(rows: list[dict], before: dict[str, float], after: dict[str, float],
+            commit: str) -> None:
+    """Each BERT row's speed-up over the baseline (the mean of its runs before and after)."""
+    for row in rows:
+        if row["row"] in before and row["row"] in after:
+            base = (before[row["row"]] + after[row["row"]]) / 2
+            row["baseline_examples_per_s"], row["speedup"] = base, row["examples_per_s"] / base
+            print(f"{row['row']:28s} {row['speedup']:.2f}x {commit} ({base:.0f} ex/s: "
+                  f"{before[row['row']]:.0f} before, {after[row['row']]:.0f} after)", flush=True)
+
+
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    child_argv = own_options_dropped(argv, ("--baseline", "--json", "--label"))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     cores = os.cpu_count() or 1
@@ -245,6 +295,8 @@ def main(argv=None) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bertjax-pipeline-bench-") as tmp:
         root = pathlib.Path(tmp)
+        if args.baseline:
+            before = run_baseline(args.baseline, child_argv, root)
         for corpus_key in args.corpora:
             if corpus_key == "wikitext2" and not WIKITEXT.is_file():
                 print(f"skipping wikitext2: {WIKITEXT} is absent (it is read from ../shared)")
@@ -252,12 +304,14 @@ def main(argv=None) -> None:
             rows += bert_rows(corpus_key, args, root)
             if args.others:
                 rows += other_rows(corpus_key, args, root)
+        if args.baseline:
+            compare(rows, before, run_baseline(args.baseline, child_argv, root), args.baseline)
     if args.json:
         record = {"benchmark": "pretraining_pipeline", "commit": git_commit(),
                   "label": args.label, "cores": cores, "seq_length": args.seq_length,
                   "batch_size": args.batch_size, "batches": args.batches,
                   "repeats": args.repeats, "warmup": args.warmup,
-                  "dupe_factor": args.dupe_factor, "rows": rows}
+                  "dupe_factor": args.dupe_factor, "baseline": args.baseline, "rows": rows}
         pathlib.Path(args.json).write_text(json.dumps(record, indent=1) + "\n")
 
 
