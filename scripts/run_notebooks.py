@@ -25,6 +25,10 @@ NOTEBOOKS = REPO / "notebooks"
 TINY_VARIABLE = "BERTJAX_NOTEBOOK_TINY"
 MACHINE_PATH = re.compile(r"/(work|tmp|root|home|Users|content)/")
 TEXT_OUTPUTS = ("text/plain", "text/html", "text/markdown", "application/json")
+# The C++ lines TensorFlow and XLA print on stderr when imported (oneDNN, no CUDA driver, ...):
+# timestamps and process ids that say nothing about the notebook and change on every run.
+STARTUP_LOG = re.compile(r"^([IWEF]\d{4} \d\d:\d\d:\d\d|[IWEF]0000 |WARNING: All log messages "
+                         r"before absl::InitializeLog\(\))")
 
 
 def kernel_env(tiny: bool) -> dict[str, str]:
@@ -64,7 +68,24 @@ def execute(path: pathlib.Path, tiny: bool, budget_seconds: float | None = None,
             startup_timeout=120, resources={"metadata": {"path": str(cwd or scratch)}},
         )
         client.execute(env=kernel_env(tiny))
+    drop_startup_log(nb)
     return nb
+
+
+def drop_startup_log(nb) -> None:
+    """Remove the STARTUP_LOG lines from stderr outputs (and outputs left empty by that)."""
+    for cell in nb.cells:
+        kept = []
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream" and out.get("name") == "stderr":
+                lines = [line for line in out["text"].splitlines(keepends=True)
+                         if not STARTUP_LOG.match(line)]
+                if not "".join(lines).strip():
+                    continue
+                out["text"] = "".join(lines)
+            kept.append(out)
+        if cell.cell_type == "code":
+            cell.outputs = kept
 
 
 def output_texts(nb) -> list[str]:
