@@ -5,6 +5,8 @@ real run that name no machine path."""
 import importlib.util
 import json
 import pathlib
+import subprocess
+import sys
 import time
 
 import pytest
@@ -64,6 +66,27 @@ def test_notebook_opens_anywhere(path):
     assert "find_spec(module) is None" in install and "setup.py" in install
     assert "pip install -e" not in install  # the old cell: fails outside a checkout
     assert 'os.environ.get("BERTJAX_NOTEBOOK_TINY")' in settings
+
+
+@pytest.mark.parametrize("inside_clone", [True, False], ids=["clone", "colab"])
+def test_install_cell_installs_the_clone_or_the_git_url(inside_clone, tmp_path, monkeypatch):
+    """With bertjax missing, pip gets the enclosing clone (a setup.py named bertjax above the
+    cwd) or else BERTJAX_GIT; with everything importable, pip is not run at all."""
+    install = _code(json.loads(NOTEBOOKS[0].read_text(encoding="utf-8")))[0]
+    if inside_clone:
+        (tmp_path / "setup.py").write_text('setup(\n    name="bertjax",\n)\n')
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda args, **kw: calls.append(args))
+    exec(install, {})  # noqa: S102  everything imports: nothing to install
+    assert calls == []
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "bertjax" else find_spec(name, *a))
+    exec(install, {})  # noqa: S102
+    expected = str(tmp_path) if inside_clone else "git+https://github.com/bertjax/bertjax.git"
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", expected]]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
