@@ -13,7 +13,7 @@ import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
-BUDGET_SECONDS = 300  # per notebook, tiny settings; each takes about a minute on 2 CPU cores
+BUDGET_SECONDS = 300  # per notebook, tiny settings; each takes 1.5-2 minutes on 2 busy CPU cores
 # What each notebook must print, even with tiny settings: its point was reached.
 EXPECTED = {
     "bert_quickstart": ["cosine(bank@river, bank@money)", "(2, 16, 1536)"],
