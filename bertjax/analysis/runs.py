@@ -103,7 +103,7 @@ def read_gin(path: pathlib.Path) -> dict[str, str]:
         elif " = " in line:
             name, value = (part.strip() for part in line.split(" = ", 1))
             bindings[name] = value
-    return {k: " ".join(v.split()).replace("( ", "(").replace("[ ", "[")
+    return {k: " ".join(v.replace("\\", " ").split()).replace("( ", "(").replace("[ ", "[")
             for k, v in bindings.items()}
 
 
@@ -142,13 +142,19 @@ def swept_bindings(runs: list[Run]) -> list[dict[str, str]]:
     """Per run, the settings that tell it apart: its workdir name's NAME=VALUE pairs when every
     run is named so, else the gin bindings (its own and its pretraining run's) whose values
     differ between the runs (a binding only some runs have, always with the same value, is
-    left out), under their last name part where that is unambiguous."""
+    left out, and so is a repeat of an earlier column), under their last name part where that
+    is unambiguous."""
     named = [name_bindings(run.name) for run in runs]
     if all(named):
         return named
     merged = [_resolved({**(run.init.gin if run.init else {}), **run.gin}) for run in runs]
     keys = sorted({k for gin in merged for k in gin})
-    varying = [k for k in keys if len({gin[k] for gin in merged if k in gin}) > 1]
+    varying, seen = [], set()
+    for key in keys:
+        column = tuple(gin.get(key, "-") for gin in merged)
+        if len({gin[key] for gin in merged if key in gin}) > 1 and column not in seen:
+            varying.append(key)  # a column equal to an earlier one (NSP, use_nsp) shows once
+            seen.add(column)
     last = [k.rsplit(".", 1)[-1] for k in varying]
     short = {k: part if last.count(part) == 1 else k for k, part in zip(varying, last, strict=True)}
     return [{short[k]: gin.get(k, "-") for k in varying} for gin in merged]
