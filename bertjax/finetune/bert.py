@@ -97,6 +97,7 @@ class BertHead(nn.Module):
             dropout(seq_BxLxE, deterministic=deterministic), lengths_B, deterministic)
         real_BxLx1 = length_mask(lengths_B, seq_BxLx2H.shape[1])[..., None]
         pooled_Bx2H = jnp.where(real_BxLx1, seq_BxLx2H, -jnp.inf).max(1)
+        pooled_Bx2H = jnp.where(lengths_B[:, None] > 0, pooled_Bx2H, 0.0)  # all-padding rows
         return {"sequence_output": seq_BxLx2H, "pooled_output": pooled_Bx2H}
 
 
