@@ -66,6 +66,7 @@ setup(
             "bertjax-embed=bertjax.cli.embed:run",
             "bertjax-finetune=bertjax.cli.finetune:run",
             "bertjax-fill-mask=bertjax.cli.fill_mask:run",
+            "bertjax-report=bertjax.cli.report:run",
         ]
     },
 )

@@ -10,6 +10,9 @@ can resume at any example index without replaying the masking of the skipped one
   the documents create a fixed list of instances, each with a fixed mask, shuffled anew every
   epoch. The mask of instance c is drawn from rng (seed, c) whenever it is yielded, which gives
   the same arrays as masking once at creation without holding every masked example in memory.
+- no masking (`masking='none'`): the dynamic stream with the inputs left as they are and no
+  masked-LM targets (weights 0), for objectives that predict every token
+  (`bert_ltr_pretraining`, the left-to-right ablation).
 
 Multi-host: process p of P yields the global examples i with i % P == p, so the shards are
 disjoint, their union is the single-process stream, and a resume index means the same in both.
@@ -24,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 
-from bertjax.data.masking import SpecialIds, mask_tokens
+from bertjax.data.masking import MaskedTokens, SpecialIds, mask_tokens
 from bertjax.data.nsp import Corpus, PairInstance, check_corpus, iterate_instances, pack
 
 # Stream tags: separate generators for each use of the seed.
@@ -42,12 +45,13 @@ class PretrainingConfig:
     nsp: bool = True  # False: single-segment examples (the paper's no-NSP ablation), label 0
     whole_word_masking: bool = False
     dupe_factor: int = 10  # static masking only: passes over the corpus
-    masking: Literal["dynamic", "static"] = "dynamic"
+    masking: Literal["dynamic", "static", "none"] = "dynamic"
 
     def __post_init__(self) -> None:
         min_length = 5 if self.nsp else 3
         checks = [
-            (self.masking in ("dynamic", "static"), "masking must be 'dynamic' or 'static'"),
+            (self.masking in ("dynamic", "static", "none"),
+             "masking must be 'dynamic', 'static' or 'none'"),
             (self.max_seq_length >= min_length, f"max_seq_length must be >= {min_length}"),
             (self.max_predictions_per_seq >= 1, "max_predictions_per_seq must be >= 1"),
             (0 < self.masked_lm_prob <= 1, "masked_lm_prob must be in (0, 1]"),
@@ -83,7 +87,11 @@ def make_example(
 ) -> dict[str, np.ndarray]:
     """Packs one instance and masks it with `rng`."""
     input_ids, input_mask, segment_ids = pack(corpus, instance, special, config.max_seq_length)
-    masked = mask_tokens(
+    if config.masking == "none":
+        no_targets = np.zeros(config.max_predictions_per_seq, np.int32)
+        masked = MaskedTokens(input_ids, no_targets, no_targets, no_targets.astype(np.float32))
+    else:
+        masked = mask_tokens(
         input_ids,
         special,
         rng,
