@@ -26,6 +26,7 @@ INSTALL_REQUIRES = [
 EXTRAS = {
     "test": [
         "pytest>=8",
+        "pytest-xdist>=3.5",  # make test runs the suite on two workers, one test file each
         "ruff>=0.6",
         "hypothesis>=6.100",
         "torch==2.13.0",
