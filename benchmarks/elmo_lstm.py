@@ -34,7 +34,8 @@ import os
 import platform
 import statistics
 import sys
-import time
+
+from timing import time_steps
 
 QUICK = {"cell_size": 256, "proj_size": 64, "input_size": 64, "batch_size": 4,
          "seq_length": 8, "rounds": 3, "warmup": 1}
@@ -168,16 +169,6 @@ class TorchRunner:
 
 
 # ----------------------------------------------------------------------------- timing
-
-
-def time_steps(runner, n: int) -> list[tuple[float, float]]:
-    """(wall seconds, process CPU seconds over all threads) of each of `n` steps."""
-    times = []
-    for _ in range(n):
-        start, cpu = time.perf_counter(), time.process_time()
-        runner.step()
-        times.append((time.perf_counter() - start, time.process_time() - cpu))
-    return times
 
 
 def spread(values: list[float]) -> dict:

@@ -13,13 +13,12 @@ Times exclude compilation (one warm-up call each side) and are the median of --r
 
 import argparse
 import json
-import statistics
-import time
 
 import jax
 import numpy as np
 import torch
 import transformers
+from timing import median_seconds
 
 from bertjax.convert.hf_gpt import config_from_hf, hf_to_bertjax
 from bertjax.generation.decode import generate_ids, left_pad
@@ -29,16 +28,6 @@ from bertjax.objectives.lm import gpt_pretraining
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
-
-
-def median_seconds(fn, repeats):
-    fn()  # warm-up (compilation)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def hf_model(size):

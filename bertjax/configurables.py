@@ -14,7 +14,7 @@ from bertjax.models.elmo import elmo_config
 from bertjax.models.gpt import gpt_config
 from bertjax.objectives.bilm import elmo_pretraining
 from bertjax.objectives.lm import gpt_pretraining
-from bertjax.objectives.pretraining import bert_pretraining
+from bertjax.objectives.pretraining import bert_ltr_pretraining, bert_pretraining
 from bertjax.training.aot import CompileTarget
 from bertjax.training.elmo_optim import adagrad_optimizer
 from bertjax.training.experiment import Experiment
@@ -34,6 +34,7 @@ gin.external_configurable(Recipe, "finetune", module=MODULE)  # bertjax-finetune
 # BERT
 gin.external_configurable(bert_config, module=MODULE)
 gin.external_configurable(bert_pretraining, module=MODULE)
+gin.external_configurable(bert_ltr_pretraining, module=MODULE)  # Table 5's LTR ablation
 gin.external_configurable(BertPretrainingSource, "bert_pretraining_source", module=MODULE)
 
 # GPT

@@ -48,6 +48,8 @@ def test_experiments_build(path):
     assert experiment.objective.model is not None and experiment.optimizer is not None
     batch = experiment.objective.example_batch(2, experiment.seq_phases[-1][1])
     assert all(v.shape[0] == 2 for v in batch.values())
+    # bertjax-train's check before it writes anything (it also builds the mesh, not done here)
+    gin_utils.check_all_read(ignore=("aot_compile", "make_mesh"))
 
 
 def test_paper_setups():

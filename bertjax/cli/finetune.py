@@ -9,7 +9,8 @@ The recipe (configs/finetune/) names the family, the task type and the hyper-par
 --train / --eval are files (GLUE TSV, CSV, JSON lines, CoNLL columns, SQuAD JSON, SWAG CSV) or
 tfds:NAME[:SPLIT]. The run is evaluated every finetune.eval_every steps and at its end; the
 best checkpoint by the task's main metric is kept in WORKDIR/best, with WORKDIR/eval_results.json
-and WORKDIR/predictions.jsonl (one line per dev example: id, prediction, gold).
+and WORKDIR/predictions.jsonl (one line per dev example: id, prediction, gold); WORKDIR/init.txt
+records --init, so bertjax-report can show the pretraining run beside the fine-tuning.
 """
 
 import json
@@ -18,6 +19,7 @@ import pathlib
 import time
 
 import gin
+import jax
 from absl import flags
 
 from bertjax.cli import gin_utils, runner
@@ -33,6 +35,7 @@ from bertjax.training.experiment import Experiment
 from bertjax.training.optim import make_optimizer
 
 PROGRAM = "bertjax-finetune"
+INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
 FLAGS = flags.FLAGS
 
 
@@ -105,6 +108,10 @@ def main() -> None:
     gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
     start = time.perf_counter()
     result, results = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress)
+    if jax.process_index() == 0 and result.step > result.start_step:
+        local = "," not in FLAGS.init and "://" not in FLAGS.init
+        init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init
+        (workdir / INIT_RECORD).write_text(init + "\n", encoding="utf-8")
     runner.finish_run(PROGRAM, result, workdir,
                       lambda: summarize(result, results, workdir, time.perf_counter() - start))
 

@@ -4,6 +4,7 @@
     bertjax-generate --checkpoint=WORKDIR/checkpoints/300 --prompt="..." --temperature=0.8 \
         --top_k=40 --top_p=0.95 --seed=1 --max_new_tokens=100 --stop=$'\n'
     bertjax-generate --checkpoint=WORKDIR --task=tldr --prompt="$(cat article.txt)"
+    bertjax-generate --checkpoint=WORKDIR --task=translate --greedy --prompt="Where is it?"
 
 --temperature=0 (or --greedy) decodes greedily. Prompts of different lengths are batched with
 left padding. Prompt k (counting --prompt flags, then --prompt_file lines, from 0) samples
@@ -46,12 +47,16 @@ def define_flags() -> None:
         (string, "vocab", None, "vocab.json to use instead of the run's (with --merges)."),
         (string, "merges", None, "merges.txt to use instead of the run's (with --vocab)."),
         (string, "question", None, "The question for --task=qa."),
+        (string, "translation_examples", None, "For --task=translate: a file of example "
+                                               "lines 'english sentence = french sentence'."),
         (boolean, "json", False, "Print one JSON object per prompt."),
     ):
         runner.define_once(define, name, default, help_text)
-    runner.define_once(flags.DEFINE_enum, "task", "continue", ["continue", "tldr", "qa"],
+    runner.define_once(flags.DEFINE_enum, "task", "continue",
+                       ["continue", "tldr", "qa", "translate"],
                        "continue: plain continuation; tldr: GPT-2's 'TL;DR:' summary prompt; "
-                       "qa: GPT-2's 'Q: ... A:' prompt, with --prompt=document and --question.")
+                       "qa: GPT-2's 'Q: ... A:' prompt, with --prompt=document and --question; "
+                       "translate: GPT-2's 'english = french' prompt, --prompt=english sentence.")
 
 
 def _prompts() -> list[str]:
@@ -71,7 +76,33 @@ def _prompts() -> list[str]:
         if not FLAGS.question:
             raise GenerationError("--task=qa needs --question=... (the document is --prompt)")
         texts = [zero_shot.qa_prompt(t, FLAGS.question) for t in texts]
+    elif FLAGS.task == "translate":
+        examples = _translation_examples(FLAGS.translation_examples)
+        texts = [zero_shot.translation_prompt(t, examples) for t in texts]
     return texts
+
+
+def _translation_examples(path: str | None) -> tuple[tuple[str, str], ...]:
+    """The example pairs of --translation_examples (one 'english = french' per line), or the
+    built-in ones."""
+    if path is None:
+        return zero_shot.TRANSLATION_EXAMPLES
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = [(n, line.strip()) for n, line in enumerate(f, 1) if line.strip()]
+    except OSError as e:
+        raise GenerationError(f"{path}: cannot read ({e.strerror}): fix "
+                              "--translation_examples") from None
+    pairs = []
+    for number, line in lines:
+        source, sep, target = line.partition(" = ")
+        if not (sep and source.strip() and target.strip()):
+            raise GenerationError(f"{path}:{number}: not 'english sentence = french sentence': "
+                                  "fix the line or --translation_examples")
+        pairs.append((source, target))
+    if not pairs:
+        raise GenerationError(f"{path}: no example pairs: add 'english = french' lines")
+    return tuple(pairs)
 
 
 def generate() -> list[tuple[str, str]]:
@@ -81,12 +112,15 @@ def generate() -> list[tuple[str, str]]:
     temperature = 0.0 if FLAGS.greedy else FLAGS.temperature
     Sampling(temperature, FLAGS.top_k, FLAGS.top_p)  # check the settings before loading
     texts = _prompts()
-    stop = list(FLAGS.stop) + (["\n"] if FLAGS.task == "qa" else [])
+    line_task = FLAGS.task in ("qa", "translate")  # the answer is the rest of the line
+    stop = list(FLAGS.stop) + (["\n"] if line_task else [])
     generator = Generator.from_checkpoint(FLAGS.checkpoint, FLAGS.vocab, FLAGS.merges)
     outputs = generator.generate(texts, FLAGS.max_new_tokens, temperature, FLAGS.top_k,
                                  FLAGS.top_p, FLAGS.seed, stop)
     if FLAGS.task == "tldr":
         outputs = [zero_shot.first_sentences(o) for o in outputs]
+    elif FLAGS.task == "translate":
+        outputs = [o.strip() for o in outputs]
     return list(zip(texts, outputs, strict=True))
 
 

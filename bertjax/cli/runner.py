@@ -91,18 +91,19 @@ def _parse_flags(program: str) -> Callable[[list[str]], list[str]]:
     return parse
 
 
-def guarded(program: str, main: Callable[[], None]) -> Callable[[list[str]], None]:
-    """`main` as absl's main(argv): stray positional arguments and ValueError / OSError end
-    with one line and exit 2."""
+def guarded(program: str, main: Callable[..., None],
+            positional: bool = False) -> Callable[[list[str]], None]:
+    """`main` as absl's main(argv): ValueError / OSError end with one line and exit 2, and so
+    do positional arguments, unless `positional` (then main receives them as a list)."""
 
     def run_main(argv: list[str]) -> None:
-        if len(argv) > 1:
+        if len(argv) > 1 and not positional:
             fail(program, f"unexpected argument {argv[1]!r}: flags are --name=value "
                           f"(quote values with spaces; see {program} --help)")
         if not FLAGS["verbosity"].present:  # progress lines only; --verbosity=0 shows INFO logs
             absl_logging.set_verbosity(absl_logging.WARNING)
         try:
-            main()
+            main(argv[1:]) if positional else main()
         except (ValueError, OSError) as err:
             fail(program, err)
         except KeyboardInterrupt:  # before training started: there is nothing to save
@@ -112,11 +113,13 @@ def guarded(program: str, main: Callable[[], None]) -> Callable[[list[str]], Non
     return run_main
 
 
-def run(program: str, doc: str, main: Callable[[], None], modules: Sequence[str]) -> None:
-    """Parse the (already defined) flags, answer --help, then run `main` guarded."""
+def run(program: str, doc: str, main: Callable[..., None], modules: Sequence[str],
+        positional: bool = False) -> None:
+    """Parse the (already defined) flags, answer --help, then run `main` guarded (with the
+    positional arguments, if `positional`)."""
     argv = gin_utils.rewrite_gin_args(sys.argv)
     argv[0] = program
     if any(arg in HELP_ARGS for arg in argv[1:]):
         print(help_text(program, doc, modules))
         sys.exit(0)
-    app.run(guarded(program, main), argv=argv, flags_parser=_parse_flags(program))
+    app.run(guarded(program, main, positional), argv=argv, flags_parser=_parse_flags(program))

@@ -16,6 +16,9 @@ reading one host's share costs nothing for the examples skipped.
   shuffled order and each group's rows in a shuffled order (`StaticOrder`), so a reader
   that holds one group at a time (a seqio cache of the groups, `pretraining_cache`) yields
   exactly these examples.
+- no masking (`masking='none'`): the dynamic stream with the inputs left as they are and no
+  masked-LM targets (weights 0), for objectives that predict every token
+  (`bert_ltr_pretraining`, the left-to-right ablation).
 
 Multi-host: process p of P yields the global examples i with (i // block_size) % P == p, so
 the shards are disjoint, their union is the single-process stream, and with block_size = the
@@ -32,7 +35,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from bertjax.data.masking import SpecialIds, mask_block
+from bertjax.data.masking import MaskedTokens, SpecialIds, mask_block
 from bertjax.data.nsp import Corpus, Instances, check_corpus, pack, plan_instances
 
 # Stream tags: separate random numbers for each use of the seed.
@@ -54,13 +57,14 @@ class PretrainingConfig:
     nsp: bool = True  # False: single-segment examples (the paper's no-NSP ablation), label 0
     whole_word_masking: bool = False
     dupe_factor: int = 10  # static masking only: passes over the corpus
-    masking: Literal["dynamic", "static"] = "dynamic"
+    masking: Literal["dynamic", "static", "none"] = "dynamic"
     static_groups: int = 1  # static masking only: document groups paired on their own
 
     def __post_init__(self) -> None:
         min_length = 5 if self.nsp else 3
         checks = [
-            (self.masking in ("dynamic", "static"), "masking must be 'dynamic' or 'static'"),
+            (self.masking in ("dynamic", "static", "none"),
+             "masking must be 'dynamic', 'static' or 'none'"),
             (self.max_seq_length >= min_length, f"max_seq_length must be >= {min_length}"),
             (self.max_predictions_per_seq >= 1, "max_predictions_per_seq must be >= 1"),
             (0 < self.masked_lm_prob <= 1, "masked_lm_prob must be in (0, 1]"),
@@ -104,10 +108,14 @@ def make_examples(corpus: Corpus, instances: Instances, special: SpecialIds,
     """Packs a table of instances and masks row b with `masking` = (seed, stream, keys)."""
     input_ids, input_mask, segment_ids = pack(corpus, instances, special, config.max_seq_length)
     seed, stream, keys = masking
-    masked = mask_block(input_ids, special, seed, stream, keys,
-                        masked_lm_prob=config.masked_lm_prob,
-                        max_predictions_per_seq=config.max_predictions_per_seq,
-                        is_continuation=is_continuation)
+    if config.masking == "none":
+        no_targets = np.zeros((len(input_ids), config.max_predictions_per_seq), np.int32)
+        masked = MaskedTokens(input_ids, no_targets, no_targets, no_targets.astype(np.float32))
+    else:
+        masked = mask_block(input_ids, special, seed, stream, keys,
+                            masked_lm_prob=config.masked_lm_prob,
+                            max_predictions_per_seq=config.max_predictions_per_seq,
+                            is_continuation=is_continuation)
     return {
         "input_ids": masked.input_ids,
         "input_mask": input_mask,

@@ -4,6 +4,10 @@
     token tagging:                   W dropout(h_i) for every token       -> [B, L, num_labels]
     extractive QA:                   (S . h_i, E . h_i) start/end logits  -> [B, L] each
 
+With `bilstm=H` (Table 5's "+ BiLSTM", `finetune.bilstm`) a randomly initialised BiLSTM (H per
+direction) reads the encoder's sequence output first; the sentence heads then read its
+max-pool over the real tokens instead of the pooled [CLS].
+
 Every head keeps the encoder under the name "bert", the same subtree as BertForPreTraining,
 so pretrained weights (a bertjax checkpoint or a Hugging Face one, see convert/hf_bert.py)
 load by replacing `params["bert"]`.
@@ -19,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.objectives.objective import Objective, init_from_batch
 
@@ -46,11 +51,13 @@ class BertHead(nn.Module):
     classify: [CLS] -> num_labels logits;  regress: [CLS] -> one score;  choice: inputs [B, K, L]
     (one sequence per choice), [CLS] -> one score per choice, [B, K];  tag: every token ->
     num_labels logits;  span: every token -> start and end logits (extractive QA).
+    `bilstm` > 0 puts a BiLSTM of that size per direction between the encoder and the head.
     """
 
     config: BertConfig
     kind: str
     num_labels: int = 2
+    bilstm: int = 0
 
     @nn.compact
     def __call__(
@@ -64,6 +71,9 @@ class BertHead(nn.Module):
             flat(input_ids), flat(segment_ids), flat(input_mask), deterministic=deterministic
         )
         dropout = nn.Dropout(self.config.transformer.dropout_rate)
+        if self.bilstm:
+            outputs = self._bilstm(outputs["sequence_output"], flat(input_mask), dropout,
+                                   deterministic)
         if self.kind in ("classify", "regress", "choice"):
             pooled_BxE = dropout(outputs["pooled_output"], deterministic=deterministic)
             features = self.num_labels if self.kind == "classify" else 1
@@ -76,6 +86,19 @@ class BertHead(nn.Module):
             logits_BxLx2 = _classifier(2, self.config, "span")(seq_BxLxE)
             # padding can never be a start or an end
             return jnp.where(input_mask[..., None] > 0, logits_BxLx2, -1e9)
+
+    def _bilstm(self, seq_BxLxE: Array, input_mask_BxL: Array, dropout: nn.Dropout,
+                deterministic: bool) -> dict[str, Array]:
+        """The BiLSTM's outputs [B, L, 2H] and their max-pool over real tokens [B, 2H]."""
+        cfg = self.config.transformer
+        lengths_B = input_mask_BxL.sum(-1).astype(jnp.int32)
+        seq_BxLx2H = BiLstmEncoder(self.bilstm, dtype=cfg.compute_dtype,
+                                   param_dtype=cfg.weight_dtype, name="bilstm")(
+            dropout(seq_BxLxE, deterministic=deterministic), lengths_B, deterministic)
+        real_BxLx1 = length_mask(lengths_B, seq_BxLx2H.shape[1])[..., None]
+        pooled_Bx2H = jnp.where(real_BxLx1, seq_BxLx2H, -jnp.inf).max(1)
+        pooled_Bx2H = jnp.where(lengths_B[:, None] > 0, pooled_Bx2H, 0.0)  # all-padding rows
+        return {"sequence_output": seq_BxLx2H, "pooled_output": pooled_Bx2H}
 
 
 def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
@@ -127,9 +150,9 @@ def _label_shapes(kind: str, batch_size: int, seq_length: int) -> dict[str, np.n
 
 
 def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
-                    num_choices: int = 4) -> Objective:
+                    num_choices: int = 4, bilstm: int = 0) -> Objective:
     """The head's objective for the shared training loop: init, loss and batch shapes."""
-    model = BertHead(config, kind, num_labels)
+    model = BertHead(config, kind, num_labels, bilstm)
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
 

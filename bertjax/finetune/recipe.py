@@ -29,6 +29,9 @@ class Recipe:
     max_seq_length: int = 128
     eval_every: int = 500  # steps; the run is also evaluated at its end
     seed: int = 0
+    # False: --init gives only the architecture and tokenizer; the weights stay randomly
+    # initialised (GPT's "Transformer w/o pre-training" ablation, Radford et al. Table 5)
+    pretrained: bool = True
     # input columns of TSV/CSV/JSONL files (None: detected from the header)
     text_columns: tuple[str, ...] | None = None
     label_column: str | None = None
@@ -41,6 +44,9 @@ class Recipe:
     # feature-based models: BERT's layer combination (Table 7), the BiLSTM width
     features: str = "concat_last_four"
     lstm_size: int = 768
+    # BERT fine-tuning with a BiLSTM (lstm_size per direction) between encoder and head:
+    # Table 5's "LTR & No NSP + BiLSTM"
+    bilstm: bool = False
     # ELMo: L2 weight on the mix's s, mix placement, dropout on ELMo vectors, top layer only
     mix_l2: float = 0.001
     placement: str = "input"  # or "input_output"

@@ -108,8 +108,9 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
             train_arrays["label"] = np.array([names.index(ex.label) for ex in train], np.int32)
             kind, num_labels, golds = "classify", len(names), [ex.label for ex in dev]
             decode = lambda out: ([names[i] for i in out.argmax(-1)], {})  # noqa: E731
-    objective = bert_finetuning(config, kind, num_labels, num_choices=_choices(dev_arrays))
-    head = BertHead(config, kind, num_labels)
+    bilstm = recipe.lstm_size if recipe.bilstm else 0
+    objective = bert_finetuning(config, kind, num_labels, _choices(dev_arrays), bilstm)
+    head = BertHead(config, kind, num_labels, bilstm)
 
     def predict(params: Any, inputs: Arrays) -> Any:
         return head.apply({"params": params}, inputs["input_ids"], inputs["segment_ids"],
@@ -187,6 +188,8 @@ def setup_task(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_s
     else:
         build = _bert if recipe.family == "bert" else _gpt
     setup = build(recipe, model, train, dev, eval_spec)
+    if not recipe.pretrained:  # the papers' "no pretraining" rows: the fresh initialisation
+        setup.initial_params = lambda params: params
     if recipe.task in ("classification", "pair_classification"):
         names = sorted({ex.label for ex in train})
         positive = "1" if "1" in names else names[-1]  # GLUE's F1 (MRPC, QQP): class 1

@@ -3,7 +3,10 @@
 Summarization: the article followed by "TL;DR:", 100 tokens sampled with top-k (k = 2), the
 first 3 sentences kept. Reading comprehension (CoQA): the document, the conversation so far
 as "Q: ... A: ..." lines, then "Q: question" and "A:", decoded greedily to the end of line.
-Multiple choice / cloze: compare the log-likelihood of each candidate continuation.
+Translation (section 3.7): example pairs "english sentence = french sentence", one per line,
+then "english sentence =", decoded greedily; the first generated sentence (here: the rest of
+the line) is the translation. Multiple choice / cloze: compare the log-likelihood of each
+candidate continuation.
 """
 
 import re
@@ -15,6 +18,15 @@ from bertjax.generation.generator import Generator
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
+# English -> French example pairs for translation_prompt (GPT-2 conditions on a few such pairs;
+# the paper does not list its own).
+TRANSLATION_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("The cat is sleeping on the chair.", "Le chat dort sur la chaise."),
+    ("I would like a cup of coffee, please.", "Je voudrais une tasse de café, s'il vous plaît."),
+    ("Where is the train station?", "Où est la gare ?"),
+    ("We are going to the beach tomorrow.", "Nous allons à la plage demain."),
+)
+
 
 def tldr_prompt(article: str) -> str:
     """The summarization prompt: the article, a newline and "TL;DR:"."""
@@ -25,6 +37,13 @@ def qa_prompt(document: str, question: str, history: Sequence[tuple[str, str]] =
     """The reading-comprehension prompt: document, past "Q:/A:" turns, then "Q: ...\\nA:"."""
     turns = "".join(f"Q: {q.strip()}\nA: {a.strip()}\n" for q, a in history)
     return f"{document.strip()}\n{turns}Q: {question.strip()}\nA:"
+
+
+def translation_prompt(sentence: str,
+                       examples: Sequence[tuple[str, str]] = TRANSLATION_EXAMPLES) -> str:
+    """The translation prompt: "english = french" example lines, then "english =" (section 3.7)."""
+    pairs = "".join(f"{source.strip()} = {target.strip()}\n" for source, target in examples)
+    return f"{pairs}{sentence.strip()} ="
 
 
 def first_sentences(text: str, count: int = 3) -> str:
@@ -59,3 +78,14 @@ def choose(generator: Generator, context: str, candidates: Sequence[str],
         lengths = np.array([len(generator.tokenizer.encode(c)) for c in candidates])
         scores = scores / lengths
     return int(np.argmax(scores)), scores
+
+
+def translate(generator: Generator, sentences: str | Sequence[str],
+              examples: Sequence[tuple[str, str]] = TRANSLATION_EXAMPLES,
+              max_new_tokens: int = 64) -> list[str]:
+    """Greedy zero-shot translations: each prompt's continuation up to the end of its line."""
+    sentences = [sentences] if isinstance(sentences, str) else list(sentences)
+    prompts = [translation_prompt(s, examples) for s in sentences]
+    outputs = generator.generate(prompts, max_new_tokens, temperature=0.0,
+                                 stop=("\n", "<|endoftext|>"))
+    return [o.strip() for o in outputs]

@@ -1,7 +1,7 @@
 """BERT (Devlin et al. 2018): encoder, pooler, masked-LM and next-sentence heads.
 
     h = TransformerStack(LayerNorm(token + segment + position embeddings))   post-LN, exact GELU
-    pooled = tanh(W h[CLS])
+    pooled = tanh(W h[CLS])      (causal=True: tanh(W h[last real token]), see BertModel)
     MLM:  LayerNorm(gelu(W h[masked positions])) @ E_token^T + b      (tied to the embeddings)
     NSP:  W pooled -> 2 classes
 
@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.layers.attention import padding_mask
+from bertjax.layers.attention import causal_mask, padding_mask
 from bertjax.layers.embeddings import BertEmbeddings
 from bertjax.layers.transformer import ACTIVATIONS, TransformerConfig, TransformerStack, layer_norm
 from bertjax.models.sizes import FamilyConfig
@@ -62,6 +62,9 @@ class BertConfig(FamilyConfig):
     vocab_size: int = 30522
     max_position_embeddings: int = 512
     type_vocab_size: int = 2
+    # Left-to-right attention (BERT Table 5's "LTR & No NSP" model, bert_ltr_pretraining):
+    # recorded in model.json, so fine-tuning the checkpoint keeps the pretraining's mask.
+    causal: bool = False
     transformer: TransformerConfig = dataclasses.field(
         default_factory=lambda: TransformerConfig(**size_settings("base"))
     )
@@ -90,7 +93,11 @@ def _dense(features: int, axes: tuple[str, str], cfg: TransformerConfig, name: s
 
 
 class BertModel(nn.Module):
-    """Encoder + pooler. Returns the sequence output, pooled output and all hidden states."""
+    """Encoder + pooler. Returns the sequence output, pooled output and all hidden states.
+
+    With `config.causal` each token attends to itself and the tokens before it, and the pooler
+    reads the last real token (the only one that has seen the whole input), not [CLS].
+    """
 
     config: BertConfig
 
@@ -123,13 +130,23 @@ class BertModel(nn.Module):
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
         x_BxLxE = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        seq_BxLxE, hidden_states = self.encoder(x_BxLxE, padding_mask(input_mask), deterministic)
-        pooled_BxE = jnp.tanh(self.pooler(seq_BxLxE[:, 0]))
+        mask = padding_mask(input_mask)
+        if self.config.causal:
+            mask = mask & causal_mask(L)
+        seq_BxLxE, hidden_states = self.encoder(x_BxLxE, mask, deterministic)
+        pooled_BxE = jnp.tanh(self.pooler(self._summary_token(seq_BxLxE, input_mask)))
         return {
             "sequence_output": seq_BxLxE,
             "pooled_output": pooled_BxE,
             "hidden_states": hidden_states,
         }
+
+    def _summary_token(self, seq_BxLxE: Array, input_mask_BxL: Array) -> Array:
+        """[B, E]: [CLS], or with a causal mask the last real token."""
+        if not self.config.causal:
+            return seq_BxLxE[:, 0]
+        last_B = jnp.maximum(input_mask_BxL.sum(-1) - 1, 0).astype(jnp.int32)
+        return jnp.take_along_axis(seq_BxLxE, last_B[:, None, None], axis=1)[:, 0]
 
     def token_logits(self, h_BxPxE: Array) -> Array:
         """Projection onto the vocabulary with the token embedding table."""

@@ -1,13 +1,16 @@
-"""BERT pretraining objective: MLM + NSP (NSP dropped when the data has it switched off)."""
+"""BERT pretraining objectives: MLM + NSP (NSP dropped when the data has it switched off), and
+the left-to-right ablation of Devlin et al. 2018, Table 5 ("LTR & No NSP")."""
 
 import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from bertjax.models.bert import BertConfig, BertForPreTraining
+from bertjax.objectives.lm import lm_loss
 from bertjax.objectives.mlm import mlm_loss
 from bertjax.objectives.nsp import nsp_loss
 from bertjax.objectives.objective import Objective, init_from_batch
@@ -70,4 +73,61 @@ def bert_pretraining(config: BertConfig, use_nsp: bool = True) -> Objective:
     if use_nsp:
         progress += (("nsp_accuracy", "nsp_acc"),)
     return Objective("bert_pretraining", "bert", config, model, init_variables, loss_fn,
+                     example_batch, progress)
+
+
+def next_token_positions(input_ids_BxL: Array) -> Array:
+    """[B, L-1] positions 0 .. L-2: every position but the last predicts the token after it."""
+    B, L = input_ids_BxL.shape
+    return jnp.broadcast_to(jnp.arange(L - 1, dtype=jnp.int32), (B, L - 1))
+
+
+def bert_ltr_loss(
+    params: Any, batch: dict[str, Array], rng: Array | None, apply_fn: Callable
+) -> tuple[Array, dict[str, Array]]:
+    """loss_fn for a causal BertForPreTraining: next-token cross-entropy at every real token.
+
+    The MLM head (transform, LayerNorm, tied projection) reads positions 0 .. L-2 and predicts
+    input_ids[:, 1:]; a target counts where it is a real token (input_mask). NSP is not used.
+    """
+    deterministic = rng is None
+    ids_BxL = batch["input_ids"]
+    outputs = apply_fn(
+        {"params": params},
+        ids_BxL,
+        batch["segment_ids"],
+        batch["input_mask"],
+        next_token_positions(ids_BxL),
+        deterministic=deterministic,
+        rngs=None if deterministic else {"dropout": rng},
+    )
+    loss, metrics = lm_loss(outputs["mlm_logits"], ids_BxL[:, 1:], batch["input_mask"][:, 1:])
+    return loss, {**metrics, "loss": loss}
+
+
+def bert_ltr_pretraining(config: BertConfig) -> Objective:
+    """BERT's left-to-right ablation: a causal BERT predicting every next token, no NSP.
+
+    The config is made causal (`causal=True`, recorded in model.json), so the checkpoint
+    fine-tunes through the BERT heads with the same left-to-right mask. Pair it with the source
+    setting `masking='none'` and `nsp=False` (configs/runs/pretrain_ltr.gin): the inputs must
+    not be corrupted by MLM masking.
+    """
+    config = config.replace(causal=True)
+    model = BertForPreTraining(config)
+
+    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+        ids = batch["input_ids"]
+        return model.init({"params": rng, "dropout": rng}, ids, batch["segment_ids"],
+                          batch["input_mask"], next_token_positions(ids))
+
+    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+        return bert_ltr_loss(params, batch, rng, model.apply)
+
+    def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
+        ints = np.zeros((batch_size, seq_length), np.int32)
+        return {"input_ids": ints, "input_mask": ints, "segment_ids": ints}
+
+    progress = (("loss", "loss"), ("perplexity", "ppl"), ("lm_accuracy", "acc"))
+    return Objective("bert_ltr_pretraining", "bert", config, model, init_variables, loss_fn,
                      example_batch, progress)

@@ -42,20 +42,24 @@ def _first_line(err: BaseException) -> str:
 
 
 class _QuietOrbax(logging.Filter):
-    """Orbax logs a save or restore that fails with tracebacks, from background threads too;
-    the Checkpointer turns the failure into one line, so those records are dropped."""
+    """Orbax logs a save or restore that fails with tracebacks, from background threads too,
+    and asyncio logs its failed tasks ('Task exception was never retrieved'); the Checkpointer
+    turns the failure into one line, so those records are dropped."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno >= logging.ERROR and "orbax" in record.pathname)
+        return not (record.levelno >= logging.ERROR
+                    and ("orbax" in record.pathname or "orbax" in record.getMessage()))
 
 
 logging.getLogger("absl").addFilter(_QuietOrbax())
+logging.getLogger("asyncio").addFilter(_QuietOrbax())
 
 
-def _drop_failed_read_reports(report: Any, _previous: Callable = sys.unraisablehook) -> None:
-    """After a failed read, orbax's pending reads of that checkpoint fail later, from tensorstore
-    threads and at garbage collection ('Exception ignored in <coroutine>', 'Event loop is
-    closed'); the failure is already one warning, so those reports are dropped, others kept."""
+def _drop_orbax_thread_reports(report: Any, _previous: Callable = sys.unraisablehook) -> None:
+    """After a failed read or write, orbax's pending tensorstore operations fail later, from
+    tensorstore threads and at garbage collection ('Exception ignored in <coroutine>', 'Event
+    loop is closed'); the Checkpointer reports the failure in one line, so those reports are
+    dropped, others kept."""
     frames, tb = [], report.exc_traceback
     while tb is not None:
         frames.append(tb.tb_frame.f_code.co_filename)
@@ -88,6 +92,7 @@ class Checkpointer:
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save
         )
         self.manager = self._manager()
+        sys.unraisablehook = _drop_orbax_thread_reports  # failures arrive from other threads
 
     def _manager(self) -> ocp.CheckpointManager:
         return ocp.CheckpointManager(self.directory, options=self.options, item_names=ITEMS)
@@ -176,7 +181,6 @@ class Checkpointer:
             except CheckpointError:
                 raise
             except Exception as err:  # noqa: BLE001 - a verified checkpoint that fails to read
-                sys.unraisablehook = _drop_failed_read_reports
                 if step is not None:
                     raise CheckpointError(f"checkpoint {self.directory}/{step} cannot be read "
                                           f"({_first_line(err)})") from err

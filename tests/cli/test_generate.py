@@ -102,3 +102,28 @@ def test_a_tokenizer_of_another_size_is_refused(workdir, tmp_path, capsys):
                                    f"--vocab={vocab}", f"--merges={merges}")
     assert code == 2 and len(errors) == 1
     assert "has 280 tokens but" in errors[0] and "300-token vocabulary" in errors[0]
+
+
+def test_translate_task_builds_gpt2s_prompt_and_stops_at_the_line_end(workdir, tmp_path,
+                                                                      capsys):
+    examples = tmp_path / "pairs.txt"
+    examples.write_text("A class = La classe\n\nA = Une\n", encoding="utf-8")  # in 40 tokens
+    code, out, errors = run_generate(capsys, f"--checkpoint={workdir}", "--task=translate",
+                                     f"--translation_examples={examples}", "--prompt=The module",
+                                     "--greedy", "--max_new_tokens=8", "--json")
+    assert code == 0, errors
+    row = json.loads(out)
+    assert row["prompt"] == "A class = La classe\nA = Une\nThe module ="
+    assert "\n" not in row["continuation"] and row["continuation"] == row["continuation"].strip()
+
+
+@pytest.mark.parametrize("text,match", [
+    ("The class = La classe\nno pair here\n", "pairs.txt:2: not 'english sentence = french"),
+    ("\n\n", "pairs.txt: no example pairs"),
+])
+def test_bad_translation_examples_give_one_line(workdir, tmp_path, capsys, text, match):
+    examples = tmp_path / "pairs.txt"
+    examples.write_text(text, encoding="utf-8")
+    code, _, errors = run_generate(capsys, f"--checkpoint={workdir}", "--task=translate",
+                                   f"--translation_examples={examples}", "--prompt=x")
+    assert code == 2 and len(errors) == 1 and match in errors[0], errors

@@ -156,8 +156,11 @@ def test_help_prints_the_description_and_the_tools_flags(script):
     assert result.stdout.startswith(f"{script}:"), result.stdout[:300]
     assert "USAGE" not in result.stdout
     own_flag = {"bertjax-train": "--workdir", "bertjax-compile": "--jobs",
-                "bertjax-generate": "--prompt", "bertjax-embed": "--input"}[script]
-    assert own_flag in result.stdout
+                "bertjax-generate": "--prompt", "bertjax-embed": "--input",
+                "bertjax-finetune": "--init", "bertjax-fill-mask": "--checkpoint",
+                "bertjax-report": "--out"}
+    assert script in own_flag, f"name a flag of {script} here"
+    assert own_flag[script] in result.stdout
 
 
 def test_start_shows_the_backend_and_no_tensorflow_chatter(trained, bert_sample):

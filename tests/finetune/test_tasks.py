@@ -138,3 +138,12 @@ def test_multiple_choice_picks_the_ending_of_the_same_topic(model, rows, tmp_pat
                                 model, choices(rows[0], 240, rng), choices(rows[1], 120, rng),
                                 tmp_path)
     assert scores["accuracy"] > 0.4, scores  # chance: 0.25
+
+
+def test_without_pretraining_the_fresh_initialisation_is_kept(model, rows):
+    """finetune.pretrained=False (GPT's "no pre-training" row): --init gives the architecture
+    and tokenizer only."""
+    examples = [TextExample(str(i), (text,), label) for i, (text, label) in enumerate(rows[0][:8])]
+    fresh = {"bert": "random", "classifier": "random"}
+    setup = setup_task(recipe("classification", pretrained=False), model, examples, examples, "d")
+    assert setup.initial_params(fresh) is fresh

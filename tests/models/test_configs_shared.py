@@ -56,7 +56,7 @@ def test_flat_overrides_reach_the_field_that_holds_them():
 def test_family_configs_hold_no_transformer_field_of_their_own():
     names = {cls: {f.name for f in dataclasses.fields(cls)} for cls in (BertConfig, GptConfig)}
     assert names[BertConfig] == {"vocab_size", "max_position_embeddings", "type_vocab_size",
-                                 "transformer"}
+                                 "causal", "transformer"}
     assert names[GptConfig] == {"vocab_size", "max_position_embeddings", "transformer"}
 
 

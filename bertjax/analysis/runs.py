@@ -1,0 +1,160 @@
+"""What a finished run left in its workdir, read back for reports: its metric history, its
+final metrics, its gin settings and, for a fine-tuning run, the pretraining run it started from.
+
+    WORKDIR/metrics.jsonl      {"step": N, scalar: value, ...} per logged step (dev_* at evals)
+    WORKDIR/eval_results.json  fine-tuning: {"best": {...}, "final": {...}}
+    WORKDIR/config.gin         the operative gin config
+    WORKDIR/init.txt           fine-tuning: the --init it started from (bertjax-finetune)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import re
+
+METRICS, RESULTS, CONFIG, INIT = "metrics.jsonl", "eval_results.json", "config.gin", "init.txt"
+# Bookkeeping scalars a results table leaves out (they are in metrics.jsonl for whoever wants).
+NOT_RESULTS = ("step", "grad_norm", "param_norm", "nonfinite", "skipped_steps", "seq_length",
+               "tokens_per_second", "learning_rate")
+_BINDING = re.compile(r"^([\w.]+)=(.*)$")
+
+
+class RunError(ValueError):
+    """A directory that is not a finished bertjax run; the message names the fix."""
+
+
+@dataclasses.dataclass
+class Run:
+    """One workdir: its name, history (one dict per logged line), gin settings, and the
+    pretraining run it was fine-tuned from (if that is a bertjax workdir)."""
+
+    path: pathlib.Path
+    history: list[dict[str, float]]
+    results: dict
+    gin: dict[str, str]
+    init: Run | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def final(self, last: int = 5) -> dict[str, float]:
+        """Training scalars averaged over the last `last` logged steps (one batch is noisy),
+        dev_* from the last evaluation, eval_results.json's best as best_*, and
+        mlm_perplexity = exp(mlm_loss); a pretraining `init` adds its own as pretrain_*."""
+        train = [row for row in self.history if not any(k.startswith("dev_") for k in row)]
+        out: dict[str, float] = {"steps": self.history[-1].get("step", len(self.history))}
+        for key in sorted({k for row in train[-last:] for k in row} - set(NOT_RESULTS)):
+            values = [row[key] for row in train[-last:] if isinstance(row.get(key), int | float)]
+            if values and not key.endswith("_weight"):
+                out[key] = sum(values) / len(values)
+        for row in self.history:
+            out.update({k: v for k, v in row.items() if k.startswith("dev_")})
+        out.update({f"dev_{k}": v for k, v in self.results.get("final", {}).items()
+                    if isinstance(v, int | float)})
+        out.update({f"best_{k}": v for k, v in self.results.get("best", {}).items()
+                    if isinstance(v, int | float) and k != "step"})
+        if "mlm_loss" in out:
+            out["mlm_perplexity"] = math.exp(out["mlm_loss"])
+        if self.init is not None:
+            out.update({f"pretrain_{k}": v for k, v in self.init.final(last).items()})
+        return out
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of one scalar over the run."""
+        rows = [row for row in self.history if isinstance(row.get(key), int | float)]
+        return [int(row.get("step", i)) for i, row in enumerate(rows)], [row[key] for row in rows]
+
+
+def read_history(path: pathlib.Path) -> list[dict[str, float]]:
+    """metrics.jsonl's rows; one line naming the file for a missing, empty or garbled one."""
+    file = path / METRICS
+    if not file.is_file():
+        raise RunError(f"{path}: no {METRICS}: pass the --workdir of a bertjax-train or "
+                       "bertjax-finetune run that has logged at least one step")
+    rows = []
+    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise RunError(f"{file}:{number} is not JSON: is this a bertjax metrics file?"
+                               ) from None
+    if not rows:
+        raise RunError(f"{file} is empty: the run logged no step yet")
+    return rows
+
+
+def read_gin(path: pathlib.Path) -> dict[str, str]:
+    """`name = value` bindings of an operative config.gin (values joined onto one line)."""
+    file = path / CONFIG
+    if not file.is_file():
+        return {}
+    bindings: dict[str, str] = {}
+    name = None
+    for line in file.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            name = None
+        elif line[0].isspace() and name:  # a value continued over several lines
+            bindings[name] = f"{bindings[name]} {line.strip()}"
+        elif " = " in line:
+            name, value = (part.strip() for part in line.split(" = ", 1))
+            bindings[name] = value
+    return {k: " ".join(v.replace("\\", " ").split()).replace("( ", "(").replace("[ ", "[")
+            for k, v in bindings.items()}
+
+
+def load_run(path: str | pathlib.Path, follow_init: bool = True) -> Run:
+    """The run in `path`, with the pretraining workdir named in its init.txt, if any."""
+    path = pathlib.Path(path)
+    if not path.is_dir():
+        raise RunError(f"{path} is not a directory: pass run workdirs")
+    results_file = path / RESULTS
+    results = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
+    init = None
+    init_file = path / INIT
+    if follow_init and init_file.is_file():
+        source = pathlib.Path(init_file.read_text(encoding="utf-8").strip())
+        if (source / METRICS).is_file():
+            init = load_run(source, follow_init=False)
+    return Run(path, read_history(path), results, read_gin(path), init)
+
+
+def name_bindings(name: str) -> dict[str, str] | None:
+    """{"NSP": "False", ...} from a sweep.py workdir name `NSP=False,masking='none'`; None
+    for a name of another form."""
+    parts = re.split(r",(?=[\w.]+=)", name)
+    matches = [_BINDING.match(part) for part in parts]
+    if not all(matches):
+        return None
+    return {m.group(1): m.group(2) for m in matches}
+
+
+def _resolved(gin: dict[str, str]) -> dict[str, str]:
+    """Bindings with `%MACRO` values replaced by the macro's value."""
+    return {k: gin.get(v[1:], v) if v.startswith("%") else v for k, v in gin.items()}
+
+
+def swept_bindings(runs: list[Run]) -> list[dict[str, str]]:
+    """Per run, the settings that tell it apart: its workdir name's NAME=VALUE pairs when every
+    run is named so, else the gin bindings (its own and its pretraining run's) whose values
+    differ between the runs (a binding only some runs have, always with the same value, is
+    left out, and so is a repeat of an earlier column), under their last name part where that
+    is unambiguous."""
+    named = [name_bindings(run.name) for run in runs]
+    if all(named):
+        return named
+    merged = [_resolved({**(run.init.gin if run.init else {}), **run.gin}) for run in runs]
+    keys = sorted({k for gin in merged for k in gin})
+    varying, seen = [], set()
+    for key in keys:
+        column = tuple(gin.get(key, "-") for gin in merged)
+        if len({gin[key] for gin in merged if key in gin}) > 1 and column not in seen:
+            varying.append(key)  # a column equal to an earlier one (NSP, use_nsp) shows once
+            seen.add(column)
+    last = [k.rsplit(".", 1)[-1] for k in varying]
+    short = {k: part if last.count(part) == 1 else k for k, part in zip(varying, last, strict=True)}
+    return [{short[k]: gin.get(k, "-") for k in varying} for gin in merged]

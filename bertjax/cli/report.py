@@ -1,0 +1,70 @@
+"""bertjax-report: the runs of a sweep side by side: each run's swept settings and final
+metrics in a markdown table and a CSV, and their loss / accuracy curves in a PNG.
+
+    bertjax-report workdir/table5/finetune/* --out=workdir/table5/report
+
+RUN_DIRS are bertjax-train or bertjax-finetune workdirs. The settings are those in the workdir
+names (`NAME=VALUE,...`, as scripts/sweep.py names them), else the gin bindings (config.gin)
+that differ between the runs; a fine-tuning run also shows the pretraining run it started from
+(WORKDIR/init.txt) as pretrain_* columns. Training metrics are the mean of the last --last
+logged steps; dev_ / best_ metrics come from the last evaluation and eval_results.json.
+Writes OUT/report.md, OUT/report.csv and OUT/curves.png (needs matplotlib) and prints the table.
+"""
+
+import pathlib
+
+from absl import flags
+
+from bertjax.analysis.report import csv_text, markdown, plot_curves, table
+from bertjax.analysis.runs import load_run
+from bertjax.cli import runner
+
+PROGRAM = "bertjax-report"
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """This tool's flags (defined when it runs: other tools define some of the same names)."""
+    runner.define_once(flags.DEFINE_string, "out", None,
+                       "Directory for report.md, report.csv and curves.png (default: only print "
+                       "the table).")
+    runner.define_once(flags.DEFINE_integer, "last", 5,
+                       "Training metrics are averaged over this many last logged steps.")
+    runner.define_once(flags.DEFINE_bool, "plot", True, "Draw curves.png (needs matplotlib).")
+
+
+def report(run_dirs: list[str], out: str | None, last: int = 5, plot: bool = True) -> str:
+    """Read the runs, write the report files into `out` (if given); the markdown table."""
+    if not run_dirs:
+        raise ValueError(f"no run directories given: {PROGRAM} WORKDIR... [--out=DIR]")
+    runs = [load_run(path) for path in run_dirs]
+    header, rows = table(runs, last)
+    text = markdown(header, rows)
+    if out:
+        directory = pathlib.Path(out)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "report.md").write_text(text, encoding="utf-8")
+        (directory / "report.csv").write_text(csv_text(header, rows), encoding="utf-8")
+        if plot:
+            try:
+                plot_curves(runs, directory / "curves.png")
+            except ImportError as err:  # the table stands without the picture
+                print(f"{PROGRAM}: no curves.png: {err}")
+    return text
+
+
+def main(run_dirs: list[str]) -> None:
+    print(report(run_dirs, FLAGS.out, FLAGS.last, FLAGS.plot), end="")
+    if FLAGS.out:
+        print(f"written: {FLAGS.out}/report.md, report.csv"
+              + (", curves.png" if FLAGS.plot else ""))
+
+
+def run() -> None:
+    """Console-script entry point."""
+    define_flags()
+    runner.run(PROGRAM, __doc__, main, [__name__], positional=True)
+
+
+if __name__ == "__main__":
+    run()

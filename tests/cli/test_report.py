@@ -1,0 +1,88 @@
+"""bertjax-report on real tiny runs: a 3-step BERT (MLM + NSP), a 3-step left-to-right BERT
+and a fine-tuning of the latter with a BiLSTM head (Table 5's last row) on a slice of AG News:
+one table row per run with what tells them apart, a CSV, curves, and one line for bad input."""
+
+import csv
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TINY = ["--noprogress", "--gin.NUM_STEPS=3", "--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=512"]
+ENV = {**os.environ, "XLA_FLAGS": ""}  # one CPU device: the quickest compile
+
+
+def module(name, *args):
+    return [sys.executable, "-m", name, *args]
+
+
+def run(cmd):
+    return subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def runs(agnews_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    train = {name: root / name for name in ("mlm_nsp", "ltr")}
+    experiments = {"mlm_nsp": "bert_tiny_cpu", "ltr": "bert_ltr_tiny_cpu"}
+    jobs = [subprocess.Popen(module("bertjax.cli.train", f"--workdir={path}", f"--gin_file="
+                                    f"configs/experiments/{experiments[name]}.gin", *TINY),
+                             cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for name, path in train.items()]
+    for job in jobs:  # both at once: two processes use the cores better than one
+        _, err = job.communicate(timeout=600)
+        assert job.returncode == 0, err[-3000:]
+    lines = (agnews_dir / "train.tsv").read_text(encoding="utf-8").splitlines()
+    (root / "train.tsv").write_text("\n".join(lines[:65]) + "\n", encoding="utf-8")
+    (root / "dev.tsv").write_text("\n".join(lines[:1] + lines[65:97]) + "\n", encoding="utf-8")
+    finetuned = root / "ltr_bilstm"
+    recipe = "--gin_file=configs/finetune/bert_classification.gin"
+    result = run(module("bertjax.cli.finetune", recipe,
+                        f"--init={train['ltr']}", f"--train={root / 'train.tsv'}",
+                        f"--eval={root / 'dev.tsv'}", f"--workdir={finetuned}", "--noprogress",
+                        "--gin.finetune.bilstm=True", "--gin.finetune.lstm_size=16",
+                        "--gin.finetune.max_seq_length=32", "--gin.finetune.epochs=1.0",
+                        "--gin.finetune.learning_rate=1e-3"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {**train, "finetuned": finetuned}
+
+
+@pytest.mark.slow
+def test_table_csv_and_curves_of_two_runs(runs, tmp_path):
+    out = tmp_path / "report"
+    result = run(module("bertjax.cli.report", str(runs["mlm_nsp"]), str(runs["ltr"]),
+                        f"--out={out}"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    table = (out / "report.md").read_text()
+    assert table == result.stdout.split("written:")[0]
+    header, *rows = table.strip().splitlines()[0:1] + table.strip().splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == ["| mlm_nsp", "| ltr"]
+    for column in ("objective", "masking", "mlm_perplexity", "perplexity", "nsp_accuracy"):
+        assert f" {column} " in header
+    assert "@bert_ltr_pretraining()" in rows[1] and "@bert_pretraining()" in rows[0]
+    with open(out / "report.csv", newline="") as f:
+        records = list(csv.DictReader(f))
+    assert [r["run"] for r in records] == ["mlm_nsp", "ltr"] and records[0]["steps"] == "3"
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_a_finetuned_run_shows_its_pretraining(runs, tmp_path):
+    assert (runs["finetuned"] / "init.txt").read_text().strip() == str(runs["ltr"].resolve())
+    result = run(module("bertjax.cli.report", str(runs["finetuned"]), f"--out={tmp_path}"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    with open(tmp_path / "report.csv", newline="") as f:
+        (record,) = csv.DictReader(f)
+    assert 0 <= float(record["dev_accuracy"]) <= 1 and float(record["pretrain_perplexity"]) > 1
+    assert record["pretrain_steps"] == "3"
+
+
+def test_a_directory_without_metrics_is_one_line(tmp_path):
+    result = run(module("bertjax.cli.report", str(tmp_path)))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"bertjax-report: error: {tmp_path}: no metrics.jsonl: pass the --workdir of a "
+        "bertjax-train or bertjax-finetune run that has logged at least one step"]
