@@ -19,7 +19,7 @@ $(VENV)/.installed: setup.py | $(BIN)/python
 # torch first and pinned: the CPU build of 2.13.0 comes from a local wheel.
 $(VENV)/.installed-test: setup.py $(VENV)/.installed
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test,tpu]"
+	$(BIN)/pip install -q -e ".[test,tpu,beam]"
 	touch $@
 
 demo: $(VENV)/.installed
@@ -32,7 +32,7 @@ test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q -ra --durations=15 -n 2 --dist loadfile
 
 bench: $(VENV)/.installed-test
-	XLA_FLAGS= $(BIN)/python benchmarks/bert_pretraining_step.py --size=base
+	XLA_FLAGS= $(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) workdir
