@@ -170,8 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     claims = [c for c in CLAIMS if not args.only or c.name in args.only]
     cores = os.cpu_count() or 1
-    if load_average() > cores:
-        print(f"run_all: warning: load average {load_average():.1f} is above the {cores} cores; "
+    load = load_average()
+    if load > cores:
+        print(f"run_all: warning: load average {load:.1f} is above the {cores} cores; "
               "the ratios will be flagged as unreliable (measure on an idle machine)",
               file=sys.stderr)
     started = datetime.datetime.now(datetime.UTC)

@@ -55,18 +55,29 @@ logging.getLogger("absl").addFilter(_QuietOrbax())
 logging.getLogger("asyncio").addFilter(_QuietOrbax())
 
 
-def _drop_orbax_thread_reports(report: Any, _previous: Callable = sys.unraisablehook) -> None:
-    """After a failed read or write, orbax's pending tensorstore operations fail later, from
-    tensorstore threads and at garbage collection ('Exception ignored in <coroutine>', 'Event
-    loop is closed'); the Checkpointer reports the failure in one line, so those reports are
-    dropped, others kept."""
-    frames, tb = [], report.exc_traceback
-    while tb is not None:
-        frames.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    if not ("Event loop is closed" in str(report.exc_value)
-            or any("orbax" in name for name in frames)):
-        _previous(report)
+class _QuietOrbaxReports:
+    """An unraisable-exception hook: after a failed read or write, orbax's pending tensorstore
+    operations fail later, from tensorstore threads and at garbage collection ('Exception
+    ignored in <coroutine>', 'Event loop is closed'); the Checkpointer reports the failure in
+    one line, so those reports are dropped and all others go to the hook it wraps."""
+
+    def __init__(self, wrapped: Callable) -> None:
+        self.wrapped = wrapped
+
+    def __call__(self, report: Any) -> None:
+        frames, tb = [], report.exc_traceback
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_filename)
+            tb = tb.tb_next
+        if not ("Event loop is closed" in str(report.exc_value)
+                or any("orbax" in name for name in frames)):
+            self.wrapped(report)
+
+    @classmethod
+    def install(cls) -> None:
+        """Wrap the current hook once (a hook set by the user or pytest keeps working)."""
+        if not isinstance(sys.unraisablehook, cls):
+            sys.unraisablehook = cls(sys.unraisablehook)
 
 
 def _shapes(tree: Any) -> dict[str, tuple]:
@@ -92,7 +103,7 @@ class Checkpointer:
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save
         )
         self.manager = self._manager()
-        sys.unraisablehook = _drop_orbax_thread_reports  # failures arrive from other threads
+        _QuietOrbaxReports.install()  # failures arrive from other threads
 
     def _manager(self) -> ocp.CheckpointManager:
         return ocp.CheckpointManager(self.directory, options=self.options, item_names=ITEMS)
