@@ -9,6 +9,9 @@
         --gen_batches=1,8 --json=/tmp/gpt2_bench.json
 
 Times exclude compilation (one warm-up call each side) and are the median of --repeats.
+At batch 1 a decode step reads every weight once, so the run also prints the rate at which this
+machine can stream the model's float32 weights (a torch matrix-vector product over as many
+numbers): no implementation generates faster than that at batch 1.
 """
 
 import argparse
@@ -104,6 +107,14 @@ def generation_rates(model, batch, prompt_len, new_tokens, repeats):
             tokens / median_seconds(torch_generate, repeats), same)
 
 
+def weight_read_bound(model, repeats: int = 10) -> float:
+    """Passes per second of a float32 matrix-vector product over as many weights as the model."""
+    n = sum(p.numel() for p in model.parameters())
+    weights = torch.ones(n // 768, 768)
+    vector = torch.ones(768)
+    return 1.0 / median_seconds(lambda: weights @ vector, repeats)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="gpt2_small", choices=[s for s in SIZES if "gpt2" in s])
@@ -111,9 +122,9 @@ def main():
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--steps", type=int, default=3, help="timed training steps (0: skip)")
     parser.add_argument("--new_tokens", type=int, default=128)
-    parser.add_argument("--prompt_len", type=int, default=16)
+    parser.add_argument("--prompt_len", type=int, default=32)
     parser.add_argument("--gen_batches", default="1,8", help="generation batch sizes ('': skip)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed generate calls")
+    parser.add_argument("--repeats", type=int, default=3, help="timed generate calls")
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
 
@@ -142,6 +153,11 @@ def main():
     for name, ours, theirs, same in rows:
         agree = "" if same is None else f"  {same:.0%}"
         print(f"{name:44} {ours:>14,.0f} {theirs:>12,.0f} {ours / theirs:>6.2f}x{agree}")
+    if "1" in args.gen_batches.split(","):
+        bound = weight_read_bound(model)
+        results["weight_read_bound_tokens_per_s"] = bound
+        print(f"batch-1 bound: the float32 weights stream {bound:,.0f} times/s on this machine "
+              f"(torch matrix-vector product, {torch.get_num_threads()} threads)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=2)
