@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 from bertjax.layers.bilstm import BiLstmEncoder, length_mask
+from bertjax.layers.dropout import Dropout
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.objectives.objective import Objective, init_from_batch
 
@@ -70,7 +71,7 @@ class BertHead(nn.Module):
         outputs = BertModel(self.config, name="bert")(
             flat(input_ids), flat(segment_ids), flat(input_mask), deterministic=deterministic
         )
-        dropout = nn.Dropout(self.config.transformer.dropout_rate)
+        dropout = Dropout(self.config.transformer.dropout_rate)
         if self.bilstm:
             outputs = self._bilstm(outputs["sequence_output"], flat(input_mask), dropout,
                                    deterministic)
@@ -87,7 +88,7 @@ class BertHead(nn.Module):
             # padding can never be a start or an end
             return jnp.where(input_mask[..., None] > 0, logits_BxLx2, -1e9)
 
-    def _bilstm(self, seq_BxLxE: Array, input_mask_BxL: Array, dropout: nn.Dropout,
+    def _bilstm(self, seq_BxLxE: Array, input_mask_BxL: Array, dropout: Dropout,
                 deterministic: bool) -> dict[str, Array]:
         """The BiLSTM's outputs [B, L, 2H] and their max-pool over real tokens [B, 2H]."""
         cfg = self.config.transformer

@@ -38,6 +38,7 @@ import numpy as np
 
 from bertjax.finetune.bert import head_loss
 from bertjax.layers.bilstm import BiLstmEncoder, length_mask
+from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix, scalar_mix_penalty
 from bertjax.layers.scalar_mix import mix_weights as scalar_mix_weights
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations
@@ -103,8 +104,8 @@ class ElmoTaskModel(nn.Module):
                                        embedding_init=nn.with_logical_partitioning(
                                            nn.initializers.normal(1.0), ("vocab", "embed")))
         self.encoder = BiLstmEncoder(s.hidden_size, s.num_layers, s.dropout_rate)
-        self.elmo_dropout = nn.Dropout(s.elmo_dropout)
-        self.dropout = nn.Dropout(s.dropout_rate)
+        self.elmo_dropout = Dropout(s.elmo_dropout)
+        self.dropout = Dropout(s.dropout_rate)
         self.head = nn.Dense(
             self.num_labels,
             kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),

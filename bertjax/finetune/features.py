@@ -32,6 +32,7 @@ import numpy as np
 
 from bertjax.finetune.bert import head_loss
 from bertjax.layers.bilstm import BiLstmEncoder
+from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.objectives.objective import Objective, init_from_batch
@@ -83,7 +84,7 @@ class BertFeatureTagger(nn.Module):
         if self.combine in WEIGHTED:
             self.layer_mix = ScalarMix(len(self.layer_ids))
         self.encoder = BiLstmEncoder(self.hidden, self.num_layers, self.dropout_rate)
-        self.dropout = nn.Dropout(self.dropout_rate)
+        self.dropout = Dropout(self.dropout_rate)
         self.classifier = nn.Dense(
             self.num_labels,
             kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),

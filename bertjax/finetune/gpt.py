@@ -30,6 +30,7 @@ import optax
 
 from bertjax.data.arrays import ArraySource
 from bertjax.finetune.gpt_inputs import SpecialTokens, check_kind
+from bertjax.layers.dropout import Dropout
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.objectives.lm import lm_loss
 from bertjax.objectives.objective import Objective, init_from_batch
@@ -92,7 +93,7 @@ class GptClassifier(nn.Module):
         extract_M = jnp.maximum(mask_MxL.sum(-1) - 1, 0)  # last real token: the extract token
         h_BxNxE = jnp.take_along_axis(h_MxLxE, extract_M[:, None, None], axis=1)
         h_BxNxE = h_BxNxE.reshape(B, N, -1)
-        h_BxNxE = nn.Dropout(self.classifier_dropout)(h_BxNxE, deterministic=deterministic)
+        h_BxNxE = Dropout(self.classifier_dropout)(h_BxNxE, deterministic=deterministic)
         head = nn.Dense(
             self.num_classes,
             kernel_init=nn.with_logical_partitioning(nn.initializers.normal(0.02),

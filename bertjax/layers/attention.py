@@ -24,6 +24,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax.layers.dropout import Dropout
+
 Array = jax.Array
 
 
@@ -98,7 +100,7 @@ class MultiHeadAttention(nn.Module):
         logits_BxHxLxT = logits_NxLxT.astype(jnp.float32).reshape(B, H, L, T)  # float32 softmax
         logits_BxHxLxT = jnp.where(mask, logits_BxHxLxT, jnp.finfo(jnp.float32).min)
         probs_BxHxLxT = jax.nn.softmax(logits_BxHxLxT, axis=-1).astype(self.dtype)
-        probs_BxHxLxT = nn.Dropout(self.dropout_rate)(probs_BxHxLxT, deterministic=deterministic)
+        probs_BxHxLxT = Dropout(self.dropout_rate)(probs_BxHxLxT, deterministic=deterministic)
         out_NxLxD = jnp.einsum("nlt,ntd->nld", probs_BxHxLxT.reshape(B * H, L, T), v_NxTxD)
         return out_NxLxD.reshape(B, H, L, D).transpose(0, 2, 1, 3).reshape(B, L, H * D)
 
@@ -138,6 +140,6 @@ class MultiHeadAttention(nn.Module):
         # For analysis (bertjax.analysis.attention): kept only when the caller makes
         # "intermediates" mutable, otherwise a no-op. Before dropout: the model's attention.
         self.sow("intermediates", "attention_weights", probs_BxHxLxL)
-        probs_BxHxLxL = nn.Dropout(self.dropout_rate)(probs_BxHxLxL, deterministic=deterministic)
+        probs_BxHxLxL = Dropout(self.dropout_rate)(probs_BxHxLxL, deterministic=deterministic)
         out_BxLxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxLxL, v_BxLxHxD)
         return jnp.einsum("blhd,hde->ble", out_BxLxHxD, w_HxDxE) + b_E

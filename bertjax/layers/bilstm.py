@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax.layers.dropout import Dropout
 from bertjax.layers.lstm import ProjectedLstm, reverse_padded
 
 Array = jax.Array
@@ -51,7 +52,7 @@ class BiLstmEncoder(nn.Module):
         h_BxTxD = x_BxTxF
         for i in range(self.num_layers):
             if i > 0:
-                h_BxTxD = nn.Dropout(self.dropout_rate)(h_BxTxD, deterministic=deterministic)
+                h_BxTxD = Dropout(self.dropout_rate)(h_BxTxD, deterministic=deterministic)
             x_2xBxTxD = jnp.stack([h_BxTxD, reverse_padded(h_BxTxD, lengths_B)])
             lstm = ProjectedLstm(self.hidden_size, None, num_directions=2,
                                  forget_bias=self.forget_bias, dtype=self.dtype,

@@ -5,6 +5,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 
+from bertjax.layers.dropout import Dropout
 from bertjax.layers.transformer import TransformerConfig
 
 Array = jax.Array
@@ -55,7 +56,7 @@ class BertEmbeddings(nn.Module):
             scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
         )
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = Dropout(cfg.dropout_rate)
 
     def __call__(
         self,

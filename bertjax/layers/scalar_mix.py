@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.layers.dropout import Dropout
+
 Array = jax.Array
 
 
@@ -75,7 +77,7 @@ class ScalarMix(nn.Module):
             layers = [_masked_normalize(h, mask_BxT, self.norm_over, self.eps) for h in layers]
         mixed = sum(w_K[j] * layers[j].astype(jnp.float32) for j in range(K))
         mixed = (gamma * mixed).astype(self.dtype)
-        return nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
+        return Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
 
 
 def scalar_mix_penalty(scalars_K: Array, l2_coef: float) -> Array:

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.layers.attention import MultiHeadAttention
+from bertjax.layers.dropout import Dropout
 
 Array = jax.Array
 
@@ -157,7 +158,7 @@ class TransformerBlock(nn.Module):
             param_dtype=cfg.weight_dtype,
             name="attention",
         )
-        dropout = nn.Dropout(cfg.dropout_rate)
+        dropout = Dropout(cfg.dropout_rate)
         mlp = MlpBlock(cfg, name="mlp")
         ln_attention = layer_norm(cfg, "attention_layer_norm")
         ln_mlp = layer_norm(cfg, "mlp_layer_norm")

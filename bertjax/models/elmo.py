@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.layers.char_cnn import ELMO_FILTERS, CharCnnEncoder
+from bertjax.layers.dropout import Dropout
 from bertjax.layers.lstm import ProjectedLstm, reverse_padded
 from bertjax.models.sizes import FamilyConfig
 
@@ -152,7 +153,7 @@ class ElmoBiLM(nn.Module):
             "softmax_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
             (cfg.vocab_size,), param_dtype,
         )
-        self.dropout = nn.Dropout(cfg.dropout_rate)
+        self.dropout = Dropout(cfg.dropout_rate)
 
     def embed_tokens(self, token_ids_BxT: Array | None, char_ids_BxTxC: Array | None) -> Array:
         """Context-free token vectors x [B, T, P] (the static, layer-0 representation)."""

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.layers.attention import causal_mask, padding_mask
+from bertjax.layers.dropout import Dropout
 from bertjax.layers.embeddings import embed
 from bertjax.layers.transformer import TransformerConfig, TransformerStack
 from bertjax.models.sizes import TRANSFORMER_FIELDS, FamilyConfig
@@ -110,7 +111,7 @@ class GptLM(nn.Module):
             cfg.max_position_embeddings, E, ("position", "embed"), std, param_dtype,
             "position_embeddings",
         )
-        self.dropout = nn.Dropout(tcfg.dropout_rate)
+        self.dropout = Dropout(tcfg.dropout_rate)
         self.transformer = TransformerStack(tcfg)
 
     def hidden(
