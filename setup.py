@@ -27,6 +27,7 @@ EXTRAS = {
     "test": [
         "pytest>=8",
         "pytest-xdist>=3.5",  # make test runs the suite on two workers, one test file each
+        "filelock>=3.12",  # locks the suite's shared JAX compilation cache (tests/conftest.py)
         "ruff>=0.6",
         "hypothesis>=6.100",
         "torch==2.13.0",

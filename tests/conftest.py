@@ -1,7 +1,10 @@
-"""Test setup: 8 fake CPU devices (set before jax is imported) and shared data paths."""
+"""Test setup: 8 fake CPU devices (set before jax is imported), one JAX compilation cache for
+the run, and shared data paths."""
 
 import os
 import pathlib
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -14,6 +17,24 @@ import pytest  # noqa: E402
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One persistent JAX compilation cache per test run, shared by both xdist workers and every
+    CLI subprocess (they inherit the environment): the suite compiles the same tiny models in
+    dozens of processes. Each run starts empty, so it measures what a fresh clone pays. The size
+    limit turns on JAX's file lock, so no process reads an entry another is still writing."""
+    if hasattr(config, "workerinput") or "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return  # a worker inherits the controller's cache; a user's own cache is kept
+    config.jax_cache_dir = tempfile.mkdtemp(prefix="bertjax-test-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = config.jax_cache_dir
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(8 * 2**30)
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if getattr(config, "jax_cache_dir", None):
+        shutil.rmtree(config.jax_cache_dir, ignore_errors=True)
 
 
 def shared_file(relative: str) -> pathlib.Path:
