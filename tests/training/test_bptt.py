@@ -68,15 +68,24 @@ def test_interrupted_stream_run_resumes_with_its_lstm_state(tmp_path):
     assert np.abs(carry_a["carry_c"]).max() > 0  # state really is carried
 
 
+@pytest.fixture(scope="module")
+def stream_straight_on_8(tmp_path_factory):
+    """(corpus, workdir, result) of the uninterrupted 4-step stream run on 8 devices."""
+    directory = tmp_path_factory.mktemp("stream_straight_on_8")
+    corpus = corpus_file(directory)
+    return corpus, directory / "straight", train(directory / "straight", corpus, 4, devices=8,
+                                                 batch_size=8)
+
+
 @pytest.mark.parametrize("devices", [1, 4])
-def test_stream_checkpoint_of_8_devices_continues_on_fewer(tmp_path, devices):
-    corpus = corpus_file(tmp_path)
-    straight = train(tmp_path / "straight", corpus, 4, devices=8, batch_size=8)
+def test_stream_checkpoint_of_8_devices_continues_on_fewer(stream_straight_on_8, tmp_path,
+                                                           devices):
+    corpus, straight_dir, straight = stream_straight_on_8
     train(tmp_path / "moved", corpus, 2, devices=8, batch_size=8)
     moved = train(tmp_path / "moved", corpus, 4, devices=devices, batch_size=8)
     assert (moved.start_step, moved.step) == (2, 4)
     assert abs(moved.metrics["loss"] - straight.metrics["loss"]) < 1e-4
-    _, _, carry_a = final(tmp_path / "straight")
+    _, _, carry_a = final(straight_dir)
     _, _, carry_b = final(tmp_path / "moved")
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-4), carry_a, carry_b)
 

@@ -87,17 +87,25 @@ def test_sequence_length_phases(wikitext_source, tmp_path):
     assert data == {"phase": 1, "example_index": 2 * 16}
 
 
+@pytest.fixture(scope="module")
+def straight_on_8(wikitext_source, tmp_path_factory):
+    """The uninterrupted 10-step run on 8 devices: (workdir, result), shared by both meshes."""
+    workdir = tmp_path_factory.mktemp("straight_on_8")
+    return workdir, train(workdir, wikitext_source, num_steps=10, devices=8)
+
+
 @pytest.mark.parametrize("devices", [1, 4])
-def test_checkpoint_of_8_devices_continues_on_fewer(wikitext_source, tmp_path, devices):
+def test_checkpoint_of_8_devices_continues_on_fewer(wikitext_source, straight_on_8, tmp_path,
+                                                    devices):
     """Saved on 8 devices, resumed on `devices`: the run continues where it stopped, on the
     same examples, and its losses equal the uninterrupted 8-device run's (up to the order of
     reductions, which differs between meshes)."""
-    straight = train(tmp_path / "straight", wikitext_source, num_steps=10, devices=8)
+    straight_dir, straight = straight_on_8
     train(tmp_path / "moved", wikitext_source, num_steps=5, devices=8)
     moved = train(tmp_path / "moved", wikitext_source, num_steps=10, devices=devices)
     assert (moved.start_step, moved.step) == (5, 10)
     assert abs(moved.metrics["loss"] - straight.metrics["loss"]) < 1e-4
-    a, data_a = _params(tmp_path / "straight", wikitext_source, 10)
+    a, data_a = _params(straight_dir, wikitext_source, 10)
     b, data_b = _params(tmp_path / "moved", wikitext_source, 10)
     assert data_a == data_b == {"phase": 0, "example_index": 160}
     diff = jax.tree.map(lambda x, y: float(np.abs(x - y).max()), a.params, b.params)
