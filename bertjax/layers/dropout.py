@@ -2,13 +2,12 @@
 
 The keep mask of every dropout in bertjax comes from here. On CPU the counter-based
 generator (threefry) is a large share of a training step: BERT's attention dropout alone
-draws B*H*L*L numbers per layer. Each 32-bit random word here gives two elements their
-16-bit uniforms, halving that work. An element is kept when its uniform is below
+draws B*H*L*L numbers per layer. Each 32-bit random word here gives two neighbouring
+elements their 16-bit uniforms, halving that work. An element is kept when its uniform is below
 `round(keep * 2**16)`, so the keep probability is that threshold / 2**16 (within 2**-17 of
 `1 - rate`), and kept values are scaled by its inverse: the layer is unbiased exactly.
 """
 
-import math
 
 import flax.linen as nn
 import jax
@@ -25,11 +24,18 @@ def keep_threshold(rate: float) -> int:
 
 
 def keep_mask(key: Array, rate: float, shape: tuple[int, ...]) -> Array:
-    """Boolean mask of `shape`, True with probability keep_threshold(rate) / 2**16."""
-    size = math.prod(shape)
-    words_W = jax.random.bits(key, ((size + 1) // 2,), jnp.uint32)
-    halves_N = jnp.concatenate([words_W & 0xFFFF, words_W >> 16])[:size]
-    return (halves_N < keep_threshold(rate)).reshape(shape)
+    """Boolean mask of `shape`, True with probability keep_threshold(rate) / 2**16.
+
+    Word j of a row gives the row's elements 2j (low half) and 2j + 1 (high half), so the
+    draw is laid out like the mask itself: under a sharded jit each device draws only the
+    words of its own shard (threefry is partitionable), with no gather of a global mask.
+    """
+    if not shape:
+        return keep_mask(key, rate, (1,)).reshape(())
+    *lead, n = shape
+    words = jax.random.bits(key, (*lead, (n + 1) // 2), jnp.uint32)
+    halves = jnp.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(*lead, -1)[..., :n]
+    return halves < keep_threshold(rate)
 
 
 class Dropout(nn.Module):

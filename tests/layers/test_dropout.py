@@ -1,9 +1,13 @@
 """The 16-bit dropout mask: its keep rate, unbiasedness, independence and edge cases."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from scipy import stats
 
 from bertjax.layers.dropout import Dropout, keep_mask, keep_threshold
@@ -24,11 +28,11 @@ def test_kept_fraction_matches_the_rate(rate: float) -> None:
 
 
 def test_both_halves_of_a_word_are_independent_draws() -> None:
-    # Elements drawn from the low and the high 16 bits of the same words: each half keeps at
-    # the rate, and knowing one half says nothing about the other (chi-square on 2x2 counts).
+    # Even and odd elements of a row come from the low and the high 16 bits of the same words:
+    # each keeps at the rate, and one says nothing about the other (chi-square on 2x2 counts).
     size = 200_000
-    mask = np.asarray(keep_mask(jax.random.key(2), 0.5, (size,)))
-    low, high = mask[: size // 2], mask[size // 2:]
+    mask = np.asarray(keep_mask(jax.random.key(2), 0.5, (4, size // 4))).reshape(-1)
+    low, high = mask[0::2], mask[1::2]
     table = np.array([[np.sum(low & high), np.sum(low & ~high)],
                       [np.sum(~low & high), np.sum(~low & ~high)]])
     assert stats.chi2_contingency(table).pvalue > 1e-4
@@ -64,3 +68,18 @@ def test_deterministic_zero_and_full_rates() -> None:
 def test_keeps_the_input_dtype() -> None:
     x = jnp.ones((8, 8), jnp.bfloat16)
     assert apply(0.1, x).dtype == jnp.bfloat16
+
+
+def test_a_batch_sharded_mask_is_drawn_shard_by_shard() -> None:
+    # Each of 8 devices draws only the words of its own rows: no collective, and no array of
+    # the global mask's size in the per-device program (BERT's attention dropout is B*H*L*L).
+    mesh = jax.make_mesh((8,), ("data",))
+    batch = NamedSharding(mesh, P("data"))
+    x = jax.device_put(jnp.ones((64, 12, 32, 32)), batch)
+    mask_of = jax.jit(lambda key, x: keep_mask(key, 0.1, x.shape), out_shardings=batch)
+    program = mask_of.lower(jax.random.key(0), x).compile().as_text()
+    assert not re.search(r"all-gather|all-to-all|collective-permute|all-reduce", program)
+    assert "u32[8,12,32,16]" in program and "u32[64,12,32,16]" not in program
+    # and the values do not depend on the sharding
+    np.testing.assert_array_equal(mask_of(jax.random.key(0), x),
+                                  keep_mask(jax.random.key(0), 0.1, x.shape))
