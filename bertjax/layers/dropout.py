@@ -8,7 +8,6 @@ elements their 16-bit uniforms, halving that work. An element is kept when its u
 `1 - rate`), and kept values are scaled by its inverse: the layer is unbiased exactly.
 """
 
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp

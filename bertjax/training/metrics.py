@@ -35,11 +35,11 @@ class EventFile:
     """
 
     def __init__(self, logdir: str | pathlib.Path, purge_step: int | None = None):
-        tf.io.gfile.makedirs(str(logdir))
+        logdir = pathlib.Path(logdir)
+        logdir.mkdir(parents=True, exist_ok=True)
         name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
                 f".{os.getpid()}.{next(_FILE_NUMBERS):04d}")
-        self.path = pathlib.Path(logdir) / name
-        self.records = tf.io.TFRecordWriter(str(self.path))
+        self.records = tf.io.TFRecordWriter(str(logdir / name))
         self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
         if purge_step is not None:
             self._write(Event(wall_time=time.time(), step=purge_step,
