@@ -12,6 +12,7 @@ from importlib.metadata import distribution
 import pytest
 
 import bertjax.cli as cli_package
+from tests.in_process import run_tool
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXPERIMENT = "configs/experiments/bert_tiny_cpu.gin"
@@ -27,12 +28,9 @@ def run_module(module, *args):
                           text=True, timeout=600)
 
 
-
-def run_cli(workdir, *bindings, gin_file=EXPERIMENT, corpus=None, cwd=REPO):
+def run_cli(workdir, *bindings, gin_file=EXPERIMENT, corpus=None, cwd=REPO, process=False):
+    """bertjax-train on the tiny experiment: in this process, or in its own with `process`."""
     args = [
-        sys.executable,
-        "-m",
-        "bertjax.cli.train",
         f"--gin_file={gin_file}",
         f"--workdir={workdir}",
         "--noprogress",
@@ -44,8 +42,11 @@ def run_cli(workdir, *bindings, gin_file=EXPERIMENT, corpus=None, cwd=REPO):
     if corpus is not None:
         args.append(f"--gin.bert_pretraining_source.corpus='{corpus}'")
     args += list(bindings)
+    if not process:
+        return run_tool("bertjax.cli.train", *args, cwd=cwd)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "bertjax.cli.train", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
 
 
 def error_line(result, program="bertjax-train"):
@@ -164,7 +165,7 @@ def test_help_prints_the_description_and_the_tools_flags(script):
 
 
 def test_start_shows_the_backend_and_no_tensorflow_chatter(trained, bert_sample):
-    result = run_cli(trained, corpus=bert_sample)  # the run is complete: a no-op
+    result = run_cli(trained, corpus=bert_sample, process=True)  # complete: a no-op run
     assert result.returncode == 0, result.stderr[-3000:]
     assert "bertjax-train: JAX backend cpu, 8 device(s)" in result.stderr
     for chatter in ("cuda drivers", "oneDNN", "absl::InitializeLog", "cpu_feature_guard"):
