@@ -10,6 +10,7 @@ import pytest
 
 from bertjax.cli.embed import embed_file
 from bertjax.inference.elmo import ElmoEmbedder
+from tests.in_process import run_tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORDS = "the a river bank money loan water boat city house tree old new big small".split()
@@ -32,11 +33,11 @@ def workdir(tmp_path_factory):
         corpus.write_text("\n".join(" ".join(rng.choice(WORDS, rng.integers(3, 9)))
                                     for _ in range(200)) + "\n")
         run = directory / "run"
-        result = run_cli(
+        result = run_tool(
             "bertjax.cli.train", "--gin_file=configs/experiments/elmo_tiny_cpu.gin",
             f"--workdir={run}", "--noprogress", "--gin.NUM_STEPS=3", "--gin.BATCH_SIZE=8",
             "--gin.SEQ_LENGTH=8", "--gin.VOCAB_SIZE=64", f"--gin.elmo_source.corpus='{corpus}'",
-            "--gin.elmo_source.tokenizer='whitespace'")
+            "--gin.elmo_source.tokenizer='whitespace'", cwd=REPO)
         assert result.returncode == 0, result.stderr[-2000:]
         assert json.loads((run / "model.json").read_text())["family"] == "elmo"
         _RUN["workdir"] = run

@@ -11,6 +11,7 @@ import pytest
 
 from bertjax.data import corpora
 from bertjax.inference.fill_mask import MaskFiller
+from tests.in_process import run_tool
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -25,9 +26,9 @@ def run(*args):
 def demo_run(tmp_path_factory):
     """The demo's own config on the stdlib corpus, shortened to a few steps."""
     workdir = tmp_path_factory.mktemp("demo")
-    result = run("-m", "bertjax.cli.train", "--gin_file=configs/experiments/bert_tiny_cpu.gin",
-                 f"--workdir={workdir}", "--noprogress", "--gin.NUM_STEPS=3",
-                 "--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=1024")
+    result = run_tool("bertjax.cli.train", "--gin_file=configs/experiments/bert_tiny_cpu.gin",
+                      f"--workdir={workdir}", "--noprogress", "--gin.NUM_STEPS=3",
+                      "--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=1024", cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 

@@ -12,6 +12,7 @@ import pytest
 from bertjax.cli import generate as generate_cli
 from bertjax.cli import runner
 from bertjax.data.bpe import learn_bpe
+from tests.in_process import run_tool
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TEXT = ("The module defines a class. Each class has methods and attributes.\n"
@@ -29,13 +30,13 @@ def workdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpt")
     corpus = root / "corpus.txt"
     corpus.write_text(TEXT, encoding="utf-8")
-    result = _run(
+    result = run_tool(
         "bertjax.cli.train", "--gin_file=configs/experiments/gpt_tiny_cpu.gin",
         f"--workdir={root / 'run'}", "--noprogress", "--gin.NUM_STEPS=2", "--gin.BATCH_SIZE=8",
         "--gin.SEQ_LENGTH=16", "--gin.VOCAB_SIZE=300", "--gin.gpt_config.num_layers=1",
         "--gin.gpt_config.hidden_size=32", "--gin.gpt_config.num_heads=2",
         "--gin.gpt_config.mlp_dim=64", "--gin.gpt_config.max_position_embeddings=40",
-        f"--gin.lm_pretraining_source.corpus='{corpus}'",
+        f"--gin.lm_pretraining_source.corpus='{corpus}'", cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "steps 0 -> 2" in result.stdout
