@@ -12,6 +12,7 @@ import contextlib
 import gc
 import importlib
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -42,6 +43,9 @@ def run_tool(module: str, *args: object, cwd: os.PathLike | str | None = None
     gc.collect()  # what earlier tests left to finalize prints now, not into this run's stderr
     flags.FLAGS.unparse_flags()
     gin.clear_config()
+    # absl's app.run installs its log handler on the root logger and the tool sets the
+    # verbosity: both are put back, so later tests see logging as it was.
+    saved_root_handlers, saved_verbosity = list(logging.root.handlers), absl_logging.get_verbosity()
     log = absl_logging.get_absl_handler().python_handler  # warnings go to stderr, as they would
     saved_argv, saved_log_stream, code = sys.argv, log.stream, 0
     sys.argv, log.stream = argv, err
@@ -55,6 +59,8 @@ def run_tool(module: str, *args: object, cwd: os.PathLike | str | None = None
             err.write(exit_.code + "\n")
     finally:
         sys.argv, log.stream = saved_argv, saved_log_stream
+        logging.root.handlers[:] = saved_root_handlers
+        absl_logging.set_verbosity(saved_verbosity)
         flags.FLAGS.unparse_flags()
         gin.clear_config()
     return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
