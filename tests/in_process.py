@@ -43,10 +43,14 @@ def run_tool(module: str, *args: object, cwd: os.PathLike | str | None = None
     gc.collect()  # what earlier tests left to finalize prints now, not into this run's stderr
     flags.FLAGS.unparse_flags()
     gin.clear_config()
-    # absl's app.run installs its log handler on the root logger and the tool sets the
-    # verbosity: both are put back, so later tests see logging as it was.
+    # A tool's process logs through absl's handler on the root logger (app.run installs it,
+    # once per process): it is there for each run and taken away after, with the verbosity
+    # the tool sets, so later tests see logging as it was.
     saved_root_handlers, saved_verbosity = list(logging.root.handlers), absl_logging.get_verbosity()
-    log = absl_logging.get_absl_handler().python_handler  # warnings go to stderr, as they would
+    handler = absl_logging.get_absl_handler()
+    if handler not in logging.root.handlers:
+        logging.root.addHandler(handler)
+    log = handler.python_handler  # warnings go to stderr, as they would
     saved_argv, saved_log_stream, code = sys.argv, log.stream, 0
     sys.argv, log.stream = argv, err
     try:
