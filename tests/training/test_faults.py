@@ -87,7 +87,7 @@ def test_kill_9_at_random_moments_changes_nothing(bert_sample, tmp_path):
     skipped or repeated)."""
     steps = 120
     straight = train_alone(tmp_path / "straight", bert_sample, f"--gin.NUM_STEPS={steps}",
-                     f"--gin.train.checkpoint_every={steps}")
+                           f"--gin.train.checkpoint_every={steps}")
     assert straight.returncode == 0, straight.stderr[-3000:]
     rng, workdir, kills = np.random.default_rng(0), tmp_path / "killed", 0
     while kills < 10:
@@ -103,7 +103,7 @@ def test_kill_9_at_random_moments_changes_nothing(bert_sample, tmp_path):
         process.wait()
         kills += 1
     finish = train_alone(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
-                   "--gin.train.checkpoint_every=2")
+                         "--gin.train.checkpoint_every=2")
     assert finish.returncode == 0, finish.stderr[-3000:]
     assert kills >= 10, f"only {kills} kills landed before the run completed"
     a, data_a = final_params(tmp_path / "straight", steps)
