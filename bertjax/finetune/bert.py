@@ -68,8 +68,10 @@ class BertHead(nn.Module):
             raise ValueError(f"unknown head {self.kind!r}: use one of {', '.join(KINDS)}")
         shape = input_ids.shape  # [B, L], or [B, K, L] for choice
         flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731
+        pooled_only = self.kind in ("classify", "regress", "choice") and not self.bilstm
         outputs = BertModel(self.config, name="bert")(
-            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic=deterministic
+            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic=deterministic,
+            summary_only=pooled_only,
         )
         dropout = Dropout(self.config.transformer.dropout_rate)
         if self.bilstm:

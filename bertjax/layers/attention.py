@@ -6,6 +6,9 @@ autoregressive decoding: the first (initialising) call sizes the cache from its 
 the T cached positions, also under the caller's [B, 1, 1, T] key mask (padding). Parameters
 and the default (decode=False) path are unchanged, so BERT's numerics are too.
 
+`num_queries=n` computes the outputs of the first n positions only (their queries over all
+keys): what a last layer needs when the model reads only [CLS].
+
 Each call sows its attention probabilities [B, H, L, T] as "intermediates/attention_weights"
 when the caller asks for them (`apply(..., mutable=["intermediates"])`); otherwise nothing is
 stored and outputs and parameters are the same (training and analysis path only).
@@ -106,7 +109,8 @@ class MultiHeadAttention(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False,
+        num_queries: int | None = None,
     ) -> Array:
         E, H, D = x_BxLxE.shape[-1], self.num_heads, self.head_dim
         x_BxLxE = x_BxLxE.astype(self.dtype)
@@ -125,13 +129,16 @@ class MultiHeadAttention(nn.Module):
             out_BxLxHD = self._decode(x_BxLxE, mask, deterministic, kernels)
             return out_BxLxHD @ w_HxDxE.reshape(H * D, E) + b_E
 
-        def project(name: str) -> Array:
+        def project(name: str, x_BxLxE: Array) -> Array:
             w_ExHxD, b_HxD = kernels[name]
             return jnp.einsum("ble,ehd->blhd", x_BxLxE, w_ExHxD) + b_HxD
 
-        q_BxLxHxD = project("query") / jnp.sqrt(D).astype(self.dtype)
-        k_BxLxHxD = project("key")
-        v_BxLxHxD = project("value")
+        queries_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
+        if num_queries is not None and mask is not None and mask.shape[-2] > 1:
+            mask = mask[..., :num_queries, :]  # a per-query (causal) mask
+        q_BxLxHxD = project("query", queries_BxQxE) / jnp.sqrt(D).astype(self.dtype)
+        k_BxLxHxD = project("key", x_BxLxE)
+        v_BxLxHxD = project("value", x_BxLxE)
         logits_BxHxLxL = jnp.einsum("bqhd,bkhd->bhqk", q_BxLxHxD, k_BxLxHxD)
         logits_BxHxLxL = logits_BxHxLxL.astype(jnp.float32)  # softmax in float32
         if mask is not None:

@@ -139,13 +139,16 @@ class MlpBlock(nn.Module):
 
 
 class TransformerBlock(nn.Module):
-    """One attention + MLP block; post-LN (BERT, GPT-1) or pre-LN (GPT-2)."""
+    """One attention + MLP block; post-LN (BERT, GPT-1) or pre-LN (GPT-2).
+
+    `num_queries=n`: the outputs of the first n positions only, [B, n, E] (attending to all)."""
 
     config: TransformerConfig
 
     @nn.compact
     def __call__(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False,
+        num_queries: int | None = None,
     ) -> Array:
         cfg = self.config
         attention = MultiHeadAttention(
@@ -163,14 +166,17 @@ class TransformerBlock(nn.Module):
         ln_attention = layer_norm(cfg, "attention_layer_norm")
         ln_mlp = layer_norm(cfg, "mlp_layer_norm")
 
+        kept_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
         if cfg.pre_layer_norm:
-            x_BxLxE = x_BxLxE + dropout(
-                attention(ln_attention(x_BxLxE), mask, deterministic, decode), deterministic
+            x_BxLxE = kept_BxQxE + dropout(
+                attention(ln_attention(x_BxLxE), mask, deterministic, decode, num_queries),
+                deterministic,
             )
             x_BxLxE = x_BxLxE + dropout(mlp(ln_mlp(x_BxLxE)), deterministic)
         else:
-            attended = dropout(attention(x_BxLxE, mask, deterministic, decode), deterministic)
-            x_BxLxE = ln_attention(x_BxLxE + attended)
+            attended = dropout(attention(x_BxLxE, mask, deterministic, decode, num_queries),
+                               deterministic)
+            x_BxLxE = ln_attention(kept_BxQxE + attended)
             x_BxLxE = ln_mlp(x_BxLxE + dropout(mlp(x_BxLxE), deterministic))
         return nn.with_logical_constraint(x_BxLxE, ("batch", "length", "act_embed"))
 
@@ -182,23 +188,30 @@ class TransformerStack(nn.Module):
     num_layers + 1 entries: what feature extraction and scalar mixes consume. `decode=True`
     runs the attention layers from their key/value caches (see layers/attention.py); with
     `scan_layers` the caches are stacked on the leading layer axis like the parameters.
+    `last_queries=n` (a model that reads only its first n positions, e.g. [CLS]) returns the
+    final states of those positions only, [B, n, E]; unscanned, the last block computes just
+    them (most of one layer's work saved, the same numbers).
     """
 
     config: TransformerConfig
 
     @nn.compact
     def __call__(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False
+        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False,
+        last_queries: int | None = None,
     ) -> tuple[Array, list[Array]]:
         cfg = self.config
         if cfg.scan_layers:
-            return self._scanned(x_BxLxE, mask, deterministic, decode)
+            y_BxLxE, hidden_states = self._scanned(x_BxLxE, mask, deterministic, decode)
+            return (y_BxLxE if last_queries is None else y_BxLxE[:, :last_queries]), hidden_states
         block_cls = TransformerBlock
         if cfg.remat and not decode:
-            block_cls = nn.remat(TransformerBlock, static_argnums=(3, 4))
+            block_cls = nn.remat(TransformerBlock, static_argnums=(3, 4, 5))
         hidden_states = [x_BxLxE]
         for i in range(cfg.num_layers):
-            x_BxLxE = block_cls(cfg, name=f"layer_{i}")(x_BxLxE, mask, deterministic, decode)
+            queries = last_queries if i == cfg.num_layers - 1 else None
+            x_BxLxE = block_cls(cfg, name=f"layer_{i}")(x_BxLxE, mask, deterministic, decode,
+                                                         queries)
             hidden_states.append(x_BxLxE)
         if cfg.pre_layer_norm:
             x_BxLxE = layer_norm(cfg, "final_layer_norm")(x_BxLxE)

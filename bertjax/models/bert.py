@@ -97,6 +97,8 @@ class BertModel(nn.Module):
 
     With `config.causal` each token attends to itself and the tokens before it, and the pooler
     reads the last real token (the only one that has seen the whole input), not [CLS].
+    `summary_only=True` (heads that read only the pooled output) has the last layer compute
+    [CLS] alone; the sequence output is then [B, 1, E]. A causal model ignores it.
     """
 
     config: BertConfig
@@ -118,6 +120,7 @@ class BertModel(nn.Module):
         input_mask: Array | None = None,
         position_ids: Array | None = None,
         deterministic: bool = True,
+        summary_only: bool = False,
     ) -> dict[str, Any]:
         B, L = input_ids.shape
         if L > self.config.max_position_embeddings:
@@ -133,7 +136,9 @@ class BertModel(nn.Module):
         mask = padding_mask(input_mask)
         if self.config.causal:
             mask = mask & causal_mask(L)
-        seq_BxLxE, hidden_states = self.encoder(x_BxLxE, mask, deterministic)
+        last_queries = 1 if summary_only and not self.config.causal else None
+        seq_BxLxE, hidden_states = self.encoder(x_BxLxE, mask, deterministic,
+                                                last_queries=last_queries)
         pooled_BxE = jnp.tanh(self.pooler(self._summary_token(seq_BxLxE, input_mask)))
         return {
             "sequence_output": seq_BxLxE,

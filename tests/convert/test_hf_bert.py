@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import pathlib
+from functools import partial
 
 import flax.linen as nn
 import jax
@@ -116,6 +117,17 @@ def test_minilm_hidden_states_match_transformers(minilm):
     pooled = _max_diff(got["pooled_output"], expected.pooler_output)
     print(f"\nMiniLM max |diff|: last {last:.2e}, pooled {pooled:.2e}, layers {layer_diffs}")
     assert last <= TOL and pooled <= TOL and max(layer_diffs) <= TOL
+
+    # A [CLS] head's path: the last layer computes [CLS] alone, the pooled output is the same.
+    summary = jax.jit(partial(BertModel(config).apply, summary_only=True))(
+        {"params": params},
+        jnp.asarray(batch["input_ids"], jnp.int32),
+        jnp.asarray(batch["token_type_ids"], jnp.int32),
+        jnp.asarray(mask, jnp.int32),
+    )
+    assert summary["sequence_output"].shape == (len(SENTENCES), 1, tcfg.hidden_size)
+    assert _max_diff(summary["sequence_output"][:, 0], expected.last_hidden_state[:, 0]) <= TOL
+    assert _max_diff(summary["pooled_output"], expected.pooler_output) <= TOL
 
 
 # ----------------------------------------------------------------------------- pretraining heads

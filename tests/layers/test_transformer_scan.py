@@ -32,3 +32,18 @@ def test_scanned_stack_equals_unrolled(pre_layer_norm):
     assert len(got_hidden) == len(expected_hidden) == 4
     for a, b in zip(got_hidden, expected_hidden, strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+@pytest.mark.parametrize("remat", [False, True], ids=["plain", "remat"])
+@pytest.mark.parametrize("pre_layer_norm", [False, True], ids=["post-ln", "pre-ln"])
+def test_last_queries_are_the_first_rows_of_the_full_output(pre_layer_norm, remat):
+    config = TransformerConfig(num_layers=2, hidden_size=32, num_heads=4, mlp_dim=64,
+                               pre_layer_norm=pre_layer_norm, remat=remat)
+    x_BxLxE = jax.random.normal(jax.random.key(0), (2, 7, 32))
+    for mask in (causal_mask(7), (jnp.arange(7) < jnp.array([[5], [7]]))[:, None, None, :]):
+        stack = TransformerStack(config)
+        params = stack.init(jax.random.key(1), x_BxLxE, mask, True)["params"]
+        full, _ = stack.apply({"params": params}, x_BxLxE, mask, True)
+        first, hidden = stack.apply({"params": params}, x_BxLxE, mask, True, last_queries=2)
+        assert first.shape == (2, 2, 32) and hidden[-1].shape == (2, 2, 32)
+        np.testing.assert_allclose(first, full[:, :2], atol=1e-5)
