@@ -10,11 +10,8 @@ import pathlib
 import subprocess
 import sys
 
-import gin
 import pytest
 
-from bertjax.cli import finetune as finetune_cli
-from bertjax.cli import gin_utils, runner
 from tests.in_process import run_tool
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -96,24 +93,17 @@ def test_rerun_resumes_and_keeps_the_best(bert_run, data):
     assert digest(workdir / "best") == before
 
 
-def error_line(capsys, *args):
+def error_line(*args):
     """bertjax-finetune in this process: the one error line (exit status 2)."""
-    gin.clear_config()
-    finetune_cli.define_flags()
-    finetune_cli.FLAGS.unparse_flags()
-    finetune_cli.FLAGS(gin_utils.rewrite_gin_args(["bertjax-finetune", *map(str, args),
-                                                   "--noprogress"]))
-    with pytest.raises(SystemExit) as exit_:
-        runner.guarded("bertjax-finetune", finetune_cli.main)(["bertjax-finetune"])
-    gin.clear_config()
-    assert exit_.value.code == 2
-    lines = [line for line in capsys.readouterr().err.splitlines()
+    result = run_tool("bertjax.cli.finetune", *args, "--noprogress")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines()
              if line.strip() and "JAX backend" not in line]
     assert len(lines) == 1 and lines[0].startswith("bertjax-finetune: error:"), lines
     return lines[0]
 
 
-def test_bad_inputs_are_one_line_and_keep_the_best(bert_run, data, tmp_path, capsys):
+def test_bad_inputs_are_one_line_and_keep_the_best(bert_run, data, tmp_path):
     workdir, _ = bert_run
     train, dev = data
     before = digest(workdir / "best")
@@ -121,7 +111,7 @@ def test_bad_inputs_are_one_line_and_keep_the_best(bert_run, data, tmp_path, cap
             f"--workdir={workdir}"]
 
     def fails(*args, train=train, dev=dev, expect):
-        line = error_line(capsys, *base, f"--train={train}", f"--eval={dev}", *args)
+        line = error_line(*base, f"--train={train}", f"--eval={dev}", *args)
         assert all(part in line for part in expect), line
 
     fails(train=tmp_path / "missing.tsv", expect=["missing.tsv"])
@@ -133,24 +123,24 @@ def test_bad_inputs_are_one_line_and_keep_the_best(bert_run, data, tmp_path, cap
     fails(dev=unseen, expect=["'Weather'", "unseen.tsv"])
     conll = tmp_path / "bad.conll"
     conll.write_text("EU NNP B-NP B-ORG\nrejects VBZ B-VP O\n\nGerman JJ\n")
-    error = error_line(capsys, "--gin_file=configs/finetune/bert_tagging.gin", f"--init={MINILM}",
+    error = error_line("--gin_file=configs/finetune/bert_tagging.gin", f"--init={MINILM}",
                        f"--workdir={tmp_path / 'ner'}", f"--train={conll}", f"--eval={conll}")
     assert "bad.conll:4" in error
-    gpt_recipe = error_line(capsys, "--gin_file=configs/finetune/gpt_classification.gin",
+    gpt_recipe = error_line("--gin_file=configs/finetune/gpt_classification.gin",
                             f"--init={MINILM}", f"--workdir={tmp_path / 'gpt'}",
                             f"--train={train}", f"--eval={dev}")
     assert "holds a BERT model" in gpt_recipe and "finetune.family" in gpt_recipe
     assert digest(workdir / "best") == before
 
 
-def test_squad_context_longer_than_the_model_without_doc_stride(squad_dev, tmp_path, capsys):
-    line = error_line(capsys, "--gin_file=configs/finetune/bert_squad.gin", f"--init={MINILM}",
+def test_squad_context_longer_than_the_model_without_doc_stride(squad_dev, tmp_path):
+    line = error_line("--gin_file=configs/finetune/bert_squad.gin", f"--init={MINILM}",
                       f"--workdir={tmp_path}", f"--train={squad_dev}", f"--eval={squad_dev}",
                       "--gin.finetune.doc_stride=0", "--gin.finetune.max_seq_length=128")
     assert "finetune.doc_stride" in line
 
 
-def test_a_vocabulary_that_does_not_fit_the_checkpoint(data, tmp_path, capsys):
+def test_a_vocabulary_that_does_not_fit_the_checkpoint(data, tmp_path):
     copy = tmp_path / "minilm"
     copy.mkdir()
     for file in MINILM.iterdir():
@@ -158,7 +148,7 @@ def test_a_vocabulary_that_does_not_fit_the_checkpoint(data, tmp_path, capsys):
             (copy / file.name).symlink_to(file)
     (copy / "vocab.txt").unlink()
     (copy / "vocab.txt").write_text("\n".join((MINILM / "vocab.txt").read_text().split("\n")[:900]))
-    line = error_line(capsys, "--gin_file=configs/finetune/bert_classification.gin",
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin",
                       f"--init={copy}", f"--workdir={tmp_path / 'run'}", f"--train={data[0]}",
                       f"--eval={data[1]}")
     assert "vocab.txt" in line and "tokens" in line

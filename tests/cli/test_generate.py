@@ -9,8 +9,6 @@ import sys
 
 import pytest
 
-from bertjax.cli import generate as generate_cli
-from bertjax.cli import runner
 from bertjax.data.bpe import learn_bpe
 from tests.in_process import run_tool
 
@@ -43,29 +41,22 @@ def workdir(tmp_path_factory):
     return root / "run"
 
 
-def run_generate(capsys, *args):
+def run_generate(*args):
     """bertjax-generate in this process: (exit status, stdout, the error lines)."""
-    generate_cli.define_flags()
-    generate_cli.FLAGS.unparse_flags()
-    generate_cli.FLAGS(["bertjax-generate", *args])
-    try:
-        runner.guarded(generate_cli.PROGRAM, generate_cli.main)(["bertjax-generate"])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    out, err = capsys.readouterr()
-    return code, out, [line for line in err.splitlines() if "bertjax-generate: error:" in line]
+    result = run_tool("bertjax.cli.generate", *args)
+    errors = [line for line in result.stderr.splitlines() if "bertjax-generate: error:" in line]
+    return result.returncode, result.stdout, errors
 
 
-def test_generate_from_the_workdir_of_a_gpt_run(workdir, capsys):
+def test_generate_from_the_workdir_of_a_gpt_run(workdir):
     record = json.loads((workdir / "model.json").read_text())
     assert record["family"] == "gpt" and record["config"]["transformer"]["num_layers"] == 1
-    code, out, _ = run_generate(capsys, f"--checkpoint={workdir}", "--prompt=The module",
+    code, out, _ = run_generate(f"--checkpoint={workdir}", "--prompt=The module",
                                 "--prompt=Return", "--greedy", "--max_new_tokens=8", "--json")
     assert code == 0
     rows = [json.loads(line) for line in out.splitlines()]
     assert [r["prompt"] for r in rows] == ["The module", "Return"]
-    code, again, _ = run_generate(capsys, f"--checkpoint={workdir / 'checkpoints' / '2'}",
+    code, again, _ = run_generate(f"--checkpoint={workdir / 'checkpoints' / '2'}",
                                   "--prompt=Return", "--greedy", "--max_new_tokens=8", "--json")
     assert json.loads(again)["continuation"] == rows[1]["continuation"]  # batch-independent
 
@@ -84,32 +75,31 @@ def test_the_console_module_runs(workdir):
     (["--temperature=-1"], "temperature=-1.0 is negative"),
     (["--max_new_tokens=30", "--prompt=" + "word " * 20], "at most 10 fit the model's 40-token"),
 ])
-def test_bad_settings_give_one_line(workdir, capsys, args, match):
-    code, _, errors = run_generate(capsys, f"--checkpoint={workdir}", "--prompt=x", *args)
+def test_bad_settings_give_one_line(workdir, args, match):
+    code, _, errors = run_generate(f"--checkpoint={workdir}", "--prompt=x", *args)
     assert code == 2 and len(errors) == 1 and match in errors[0], errors
 
 
-def test_a_bert_checkpoint_is_refused(tmp_path, capsys):
+def test_a_bert_checkpoint_is_refused(tmp_path):
     (tmp_path / "checkpoints" / "10" / "state").mkdir(parents=True)
     (tmp_path / "model.json").write_text(json.dumps({"family": "bert", "config": {}}))
-    code, _, errors = run_generate(capsys, f"--checkpoint={tmp_path}", "--prompt=x")
+    code, _, errors = run_generate(f"--checkpoint={tmp_path}", "--prompt=x")
     assert code == 2 and len(errors) == 1
     assert "holds a BERT model, but bertjax-generate needs a GPT checkpoint" in errors[0]
 
 
-def test_a_tokenizer_of_another_size_is_refused(workdir, tmp_path, capsys):
+def test_a_tokenizer_of_another_size_is_refused(workdir, tmp_path):
     vocab, merges = learn_bpe([TEXT], 280).save(tmp_path)
-    code, _, errors = run_generate(capsys, f"--checkpoint={workdir}", "--prompt=x",
+    code, _, errors = run_generate(f"--checkpoint={workdir}", "--prompt=x",
                                    f"--vocab={vocab}", f"--merges={merges}")
     assert code == 2 and len(errors) == 1
     assert "has 280 tokens but" in errors[0] and "300-token vocabulary" in errors[0]
 
 
-def test_translate_task_builds_gpt2s_prompt_and_stops_at_the_line_end(workdir, tmp_path,
-                                                                      capsys):
+def test_translate_task_builds_gpt2s_prompt_and_stops_at_the_line_end(workdir, tmp_path):
     examples = tmp_path / "pairs.txt"
     examples.write_text("A class = La classe\n\nA = Une\n", encoding="utf-8")  # in 40 tokens
-    code, out, errors = run_generate(capsys, f"--checkpoint={workdir}", "--task=translate",
+    code, out, errors = run_generate(f"--checkpoint={workdir}", "--task=translate",
                                      f"--translation_examples={examples}", "--prompt=The module",
                                      "--greedy", "--max_new_tokens=8", "--json")
     assert code == 0, errors
@@ -122,9 +112,9 @@ def test_translate_task_builds_gpt2s_prompt_and_stops_at_the_line_end(workdir, t
     ("The class = La classe\nno pair here\n", "pairs.txt:2: not 'english sentence = french"),
     ("\n\n", "pairs.txt: no example pairs"),
 ])
-def test_bad_translation_examples_give_one_line(workdir, tmp_path, capsys, text, match):
+def test_bad_translation_examples_give_one_line(workdir, tmp_path, text, match):
     examples = tmp_path / "pairs.txt"
     examples.write_text(text, encoding="utf-8")
-    code, _, errors = run_generate(capsys, f"--checkpoint={workdir}", "--task=translate",
+    code, _, errors = run_generate(f"--checkpoint={workdir}", "--task=translate",
                                    f"--translation_examples={examples}", "--prompt=x")
     assert code == 2 and len(errors) == 1 and match in errors[0], errors
