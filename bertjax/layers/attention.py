@@ -136,17 +136,17 @@ class MultiHeadAttention(nn.Module):
         queries_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
         if num_queries is not None and mask is not None and mask.shape[-2] > 1:
             mask = mask[..., :num_queries, :]  # a per-query (causal) mask
-        q_BxLxHxD = project("query", queries_BxQxE) / jnp.sqrt(D).astype(self.dtype)
+        q_BxQxHxD = project("query", queries_BxQxE) / jnp.sqrt(D).astype(self.dtype)
         k_BxLxHxD = project("key", x_BxLxE)
         v_BxLxHxD = project("value", x_BxLxE)
-        logits_BxHxLxL = jnp.einsum("bqhd,bkhd->bhqk", q_BxLxHxD, k_BxLxHxD)
-        logits_BxHxLxL = logits_BxHxLxL.astype(jnp.float32)  # softmax in float32
+        logits_BxHxQxL = jnp.einsum("bqhd,bkhd->bhqk", q_BxQxHxD, k_BxLxHxD)
+        logits_BxHxQxL = logits_BxHxQxL.astype(jnp.float32)  # softmax in float32
         if mask is not None:
-            logits_BxHxLxL = jnp.where(mask, logits_BxHxLxL, jnp.finfo(jnp.float32).min)
-        probs_BxHxLxL = jax.nn.softmax(logits_BxHxLxL, axis=-1).astype(self.dtype)
+            logits_BxHxQxL = jnp.where(mask, logits_BxHxQxL, jnp.finfo(jnp.float32).min)
+        probs_BxHxQxL = jax.nn.softmax(logits_BxHxQxL, axis=-1).astype(self.dtype)
         # For analysis (bertjax.analysis.attention): kept only when the caller makes
         # "intermediates" mutable, otherwise a no-op. Before dropout: the model's attention.
-        self.sow("intermediates", "attention_weights", probs_BxHxLxL)
-        probs_BxHxLxL = Dropout(self.dropout_rate)(probs_BxHxLxL, deterministic=deterministic)
-        out_BxLxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxLxL, v_BxLxHxD)
-        return jnp.einsum("blhd,hde->ble", out_BxLxHxD, w_HxDxE) + b_E
+        self.sow("intermediates", "attention_weights", probs_BxHxQxL)
+        probs_BxHxQxL = Dropout(self.dropout_rate)(probs_BxHxQxL, deterministic=deterministic)
+        out_BxQxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxQxL, v_BxLxHxD)
+        return jnp.einsum("blhd,hde->ble", out_BxQxHxD, w_HxDxE) + b_E

@@ -1,4 +1,5 @@
-"""A scanned Transformer stack computes exactly what the unrolled one does."""
+"""The Transformer stack: scanned equals unrolled, and a last layer computing fewer queries
+equals the first rows of the full one."""
 
 import dataclasses
 
