@@ -8,7 +8,7 @@ import numpy as np
 
 from bertjax import metrics
 from bertjax.finetune.setup import Arrays, TaskSetup
-from bertjax.training.evaluation import EvalResult, Evaluator
+from bertjax.training.evaluation import EvalResult, Evaluator, jit_inference
 
 
 def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int) -> np.ndarray:
@@ -28,7 +28,7 @@ def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int) 
 
 def make_evaluator(setup: TaskSetup, task: str, every: int, batch_size: int) -> Evaluator:
     """An Evaluator for the training loop; its main metric is the task's (metrics.main_metric)."""
-    predict = jax.jit(setup.predict)
+    predict = jit_inference(setup.predict)
 
     def evaluate(state: Any) -> EvalResult:
         outputs = predict_batched(predict, state.params, setup.eval, batch_size)
