@@ -1,12 +1,14 @@
-"""Test setup: 8 fake CPU devices (set before jax is imported), one JAX compilation cache for
-the run, and shared data paths."""
+"""Test setup: 8 fake CPU devices and quick LLVM compiles (tests/process_env.py; set before jax
+is imported), one JAX compilation cache for the run, and shared data paths."""
 
 import os
 import pathlib
 import shutil
 import tempfile
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests.process_env import xla_flags  # plain os: jax is not imported yet
+
+os.environ.setdefault("XLA_FLAGS", xla_flags(8))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

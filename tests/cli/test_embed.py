@@ -11,6 +11,7 @@ import pytest
 from bertjax.cli.embed import embed_file
 from bertjax.inference.elmo import ElmoEmbedder
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORDS = "the a river bank money loan water boat city house tree old new big small".split()
@@ -18,7 +19,7 @@ _RUN: dict = {}
 
 
 def run_cli(module, *args):
-    env = {**os.environ, "XLA_FLAGS": ""}  # one CPU device: the quickest compile
+    env = process_env()
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True,
                           text=True, timeout=600, env=env)
 
@@ -128,7 +129,7 @@ def test_a_10000_token_line_streams_in_bounded_memory(workdir, tmp_path):
     wrapper = ("import resource, subprocess, sys; "
                "code = subprocess.run(sys.argv[1:]).returncode; "
                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(code)")
-    env = {**os.environ, "XLA_FLAGS": ""}
+    env = process_env()
     result = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m",
                              "bertjax.cli.embed", f"--checkpoint={workdir}", f"--input={text}",
                              f"--output={out}"], cwd=REPO, capture_output=True, text=True,

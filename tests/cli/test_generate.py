@@ -2,7 +2,6 @@
 give one `bertjax-generate: error:` line and exit status 2."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import pytest
 
 from bertjax.data.bpe import learn_bpe
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TEXT = ("The module defines a class. Each class has methods and attributes.\n"
@@ -18,7 +18,7 @@ TEXT = ("The module defines a class. Each class has methods and attributes.\n"
 
 
 def _run(module, *args):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env = process_env(8)
     return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
 

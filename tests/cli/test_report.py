@@ -3,7 +3,6 @@ and a fine-tuning of the latter with a BiLSTM head (Table 5's last row) on a sli
 one table row per run with what tells them apart, a CSV, curves, and one line for bad input."""
 
 import csv
-import os
 import pathlib
 import subprocess
 import sys
@@ -11,10 +10,11 @@ import sys
 import pytest
 
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--noprogress", "--gin.NUM_STEPS=3", "--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=512"]
-ENV = {**os.environ, "XLA_FLAGS": ""}  # one CPU device: the quickest compile
+ENV = process_env()
 
 
 def module(name, *args):

@@ -3,7 +3,6 @@ untouched) for each bad input; what every tool does for a user: --help, the back
 a quiet start."""
 
 import hashlib
-import os
 import pathlib
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import pytest
 
 import bertjax.cli as cli_package
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXPERIMENT = "configs/experiments/bert_tiny_cpu.gin"
@@ -44,7 +44,7 @@ def run_cli(workdir, *bindings, gin_file=EXPERIMENT, corpus=None, cwd=REPO, proc
     args += list(bindings)
     if not process:
         return run_tool("bertjax.cli.train", *args, cwd=cwd)
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    env = process_env(8)
     return subprocess.run([sys.executable, "-m", "bertjax.cli.train", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 

@@ -21,6 +21,7 @@ from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=512", "--gin.train.seq_phases=((1.0, 32),)",
@@ -38,7 +39,7 @@ def command(workdir, corpus, *bindings):
 
 def train_alone(workdir, corpus, *bindings):
     """A run in its own process on one device: what the kill and signal tests compare with."""
-    env = {**os.environ, "XLA_FLAGS": ""}
+    env = process_env()
     return subprocess.run(command(workdir, corpus, *bindings), cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=900)
 
@@ -49,7 +50,7 @@ def train(workdir, corpus, *bindings):
 
 
 def start(workdir, corpus, *bindings):
-    env = {**os.environ, "XLA_FLAGS": ""}
+    env = process_env()
     return subprocess.Popen(command(workdir, corpus, *bindings), cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

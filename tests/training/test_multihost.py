@@ -1,13 +1,14 @@
 """Two JAX processes (4 CPU devices each, gloo collectives) train like one process with 8."""
 
 import json
-import os
 import pathlib
 import socket
 import subprocess
 import sys
 
 import pytest
+
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -43,11 +44,7 @@ def losses(workdir):
 @pytest.mark.slow
 def test_two_processes_match_one(tmp_path, bert_sample):
     def env(devices):
-        return {
-            **os.environ,
-            "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-        }
+        return {**process_env(devices), "JAX_PLATFORMS": "cpu"}
 
     single = subprocess.run(
         command(tmp_path / "one", bert_sample),
