@@ -59,7 +59,7 @@ def test_conv_max_pool_matches_torch_conv1d():
     enc = CharCnnEncoder(output_dim=16, filters=FILTERS, num_highway=0, char_embed_dim=5)
     chars = jnp.asarray(np.random.default_rng(0).integers(1, 262, (2, 3, 10)))
     params = enc.init(jax.random.key(0), chars)["params"]
-    params = jax.tree.map(lambda x: np.asarray(getattr(x, "value", x)), params,
+    params = jax.tree.map(lambda x: np.array(getattr(x, "value", x)), params,
                           is_leaf=lambda x: hasattr(x, "value"))
     got = np.asarray(enc.apply({"params": params}, chars))  # 16 filters: no projection
     x = torch.from_numpy(params["char_embed"]["embedding"][np.asarray(chars).reshape(6, 10)])
