@@ -58,7 +58,6 @@ def bertjax_run(args, model_dir, train, dev):
 
     import jax
 
-    from bertjax.data.arrays import ArraySource
     from bertjax.finetune.evaluate import make_evaluator
     from bertjax.finetune.pretrained import load_pretrained
     from bertjax.finetune.recipe import Recipe
@@ -77,7 +76,7 @@ def bertjax_run(args, model_dir, train, dev):
     steps = max(1, math.ceil(args.epochs * len(train) / args.batch_size))
     tx = make_optimizer("adamw", args.learning_rate, math.ceil(0.1 * steps), steps, eps=1e-6,
                         weight_decay=0.01)
-    exp = Experiment(setup.objective, ArraySource(setup.train), tx, args.batch_size, steps,
+    exp = Experiment(setup.objective, setup.source(0), tx, args.batch_size, steps,
                      ((1.0, args.seq_length),), log_every=steps, checkpoint_every=steps)
     evaluator = make_evaluator(setup, "classification", steps, 64)
     with tempfile.TemporaryDirectory() as workdir:

@@ -24,7 +24,6 @@ from absl import flags
 
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
-from bertjax.data.arrays import ArraySource
 from bertjax.data.labelled import read_task
 from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.pretrained import load_pretrained
@@ -71,7 +70,7 @@ def finetune(workdir: pathlib.Path, init: str, train_spec: str, eval_spec: str,
     tx = make_optimizer("adamw", recipe.learning_rate, math.ceil(recipe.warmup_fraction * steps),
                         steps, eps=1e-6, weight_decay=recipe.weight_decay, frozen=setup.frozen)
     length = setup.train["input_ids"].shape[-1] if "input_ids" in setup.train else 1
-    exp = Experiment(setup.objective, ArraySource(setup.train, seed=recipe.seed), tx,
+    exp = Experiment(setup.objective, setup.source(recipe.seed), tx,
                      recipe.batch_size, steps, ((1.0, length),), seed=recipe.seed,
                      log_every=min(10, steps), checkpoint_every=max(1, recipe.eval_every))
     evaluator = make_evaluator(setup, recipe.task, min(recipe.eval_every, steps),

@@ -4,12 +4,20 @@ Global example g is row order_e[g mod n] of epoch e = g // n, where order_e is a
 seeded by (seed, e): a pure function of (seed, g), so a run resumes at any example. Each
 global batch of B rows is split into contiguous per-host blocks, as the pretraining sources
 split theirs, so a batch is the same rows on 1 host or 16.
+
+With `buckets` (see length_buckets.py) each epoch's order is regrouped so that a batch holds
+rows of similar length, and every batch is cut to the bucket of its longest row (computed over
+the global batch, so all hosts cut alike). The order is still a pure function of (seed, g).
 """
 
 from collections.abc import Iterator, Mapping
 
 import jax
 import numpy as np
+
+from bertjax.data.length_buckets import LengthBuckets, group_by_length, row_lengths
+
+GROUP_BATCHES = 50  # rows are sorted by length within runs of this many global batches
 
 
 class ArraySource:
@@ -18,7 +26,7 @@ class ArraySource:
     setting = "the fine-tuning data"
 
     def __init__(self, arrays: Mapping[str, np.ndarray], seed: int = 0, shuffle: bool = True,
-                 tokenizer: dict | None = None):
+                 tokenizer: dict | None = None, buckets: LengthBuckets | None = None):
         sizes = {len(v) for v in arrays.values()}
         if len(sizes) != 1 or 0 in sizes:
             raise ValueError(f"fine-tuning arrays must all hold the same number (> 0) of "
@@ -26,6 +34,9 @@ class ArraySource:
         self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
         self.num_examples = sizes.pop()
         self.seed, self.shuffle, self.tokenizer = seed, shuffle, dict(tokenizer or {})
+        self.buckets = buckets
+        self.lengths = row_lengths(self.arrays["input_mask"]) if buckets else None
+        self._orders: dict[tuple[int, int], np.ndarray] = {}
 
     @property
     def vocab_size(self) -> int:
@@ -44,14 +55,30 @@ class ArraySource:
         del seq_length, batch_size  # the arrays have their own shapes
         return {k: (v.shape[1:], v.dtype) for k, v in self.arrays.items()}
 
-    def rows(self, start_index: int, count: int) -> np.ndarray:
+    def epoch_order(self, epoch: int, global_batch: int) -> np.ndarray:
+        """The rows of `epoch` in the order the run visits them (the last two are cached)."""
+        key = (epoch, global_batch)
+        if key not in self._orders:
+            if len(self._orders) > 1:
+                self._orders.pop(next(iter(self._orders)))
+            self._orders[key] = self._order(epoch, global_batch)
+        return self._orders[key]
+
+    def _order(self, epoch: int, global_batch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(self.num_examples)
+        order = np.random.default_rng([self.seed, epoch]).permutation(self.num_examples)
+        if self.buckets is None:
+            return order
+        rng = np.random.default_rng([self.seed, epoch, 1])
+        return group_by_length(order, self.lengths, GROUP_BATCHES * global_batch, global_batch,
+                               rng)
+
+    def rows(self, start_index: int, count: int, global_batch: int = 1) -> np.ndarray:
         """Row numbers of global examples start_index .. start_index + count - 1."""
         g = np.arange(start_index, start_index + count)
         epochs, within = np.divmod(g, self.num_examples)
-        if not self.shuffle:
-            return within
-        orders = {e: np.random.default_rng([self.seed, e]).permutation(self.num_examples)
-                  for e in np.unique(epochs)}
+        orders = {e: self.epoch_order(e, global_batch) for e in np.unique(epochs)}
         return np.array([orders[e][i] for e, i in zip(epochs, within, strict=True)])
 
     def batches(self, start_index: int, seq_length: int, batch_size: int
@@ -63,6 +90,10 @@ class ArraySource:
         global_batch = batch_size * hosts
         start = start_index
         while True:
-            rows = self.rows(start + host * batch_size, batch_size)
-            yield {k: v[rows] for k, v in self.arrays.items()}
+            rows = self.rows(start, global_batch, global_batch)
+            batch = {k: v[rows[host * batch_size:(host + 1) * batch_size]]
+                     for k, v in self.arrays.items()}
+            if self.buckets is not None:
+                batch = self.buckets.cut(batch, self.buckets.bucket(self.lengths[rows].max()))
+            yield batch
             start += global_batch

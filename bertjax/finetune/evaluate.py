@@ -7,23 +7,42 @@ import jax
 import numpy as np
 
 from bertjax import metrics
+from bertjax.data.length_buckets import LengthBuckets, row_lengths
 from bertjax.finetune.setup import Arrays, TaskSetup
 from bertjax.training.evaluation import EvalResult, Evaluator, jit_inference
 
 
-def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int) -> np.ndarray:
+def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int,
+                    buckets: LengthBuckets | None = None, token_outputs: bool = False
+                    ) -> np.ndarray:
     """`predict` over all rows of `inputs`, `batch_size` at a time (the last batch padded, so
-    one compiled shape serves every batch)."""
+    one compiled shape serves every batch). With `buckets`, rows are taken shortest first and
+    each batch is cut to its length bucket, and `token_outputs` pads the outputs' token axis
+    (axis 1) back to `buckets.max_length`. Outputs come back in the rows' order."""
     n = len(next(iter(inputs.values())))
+    order = np.arange(n)
+    if buckets is not None:
+        lengths = row_lengths(inputs["input_mask"])
+        order = np.argsort(lengths, kind="stable")
     outputs = []
     for start in range(0, n, batch_size):
-        chunk = {k: v[start:start + batch_size] for k, v in inputs.items()}
-        rows = len(next(iter(chunk.values())))
-        if rows < batch_size:
-            chunk = {k: np.concatenate([v, np.zeros((batch_size - rows, *v.shape[1:]), v.dtype)])
-                     for k, v in chunk.items()}
-        outputs.append(np.asarray(jax.device_get(predict(params, chunk)))[:rows])
-    return np.concatenate(outputs)
+        rows = order[start:start + batch_size]
+        chunk = {k: v[rows] for k, v in inputs.items()}
+        if len(rows) < batch_size:
+            chunk = {k: np.concatenate([v, np.zeros((batch_size - len(rows), *v.shape[1:]),
+                                                    v.dtype)]) for k, v in chunk.items()}
+        if buckets is not None:
+            chunk = buckets.cut(chunk, buckets.bucket(lengths[rows].max()))
+        out = np.asarray(jax.device_get(predict(params, chunk)))[:len(rows)]
+        if buckets is not None and token_outputs and out.shape[1] < buckets.max_length:
+            pad = [(0, 0)] * out.ndim
+            pad[1] = (0, buckets.max_length - out.shape[1])
+            out = np.pad(out, pad)
+        outputs.append(out)
+    result = np.concatenate(outputs)
+    restored = np.empty_like(result)
+    restored[order] = result
+    return restored
 
 
 def make_evaluator(setup: TaskSetup, task: str, every: int, batch_size: int) -> Evaluator:
@@ -31,7 +50,8 @@ def make_evaluator(setup: TaskSetup, task: str, every: int, batch_size: int) -> 
     predict = jit_inference(setup.predict)
 
     def evaluate(state: Any) -> EvalResult:
-        outputs = predict_batched(predict, state.params, setup.eval, batch_size)
+        outputs = predict_batched(predict, state.params, setup.eval, batch_size, setup.buckets,
+                                  setup.token_outputs)
         predictions, extra = setup.decode(outputs)
         if task == "qa":
             golds = dict(zip(setup.ids, setup.golds, strict=True))

@@ -27,6 +27,10 @@ class Recipe:
     weight_decay: float = 0.01
     dropout: float = 0.1
     max_seq_length: int = 128
+    # BERT fine-tuning: batches of rows of similar length, padded to at most this many lengths
+    # (multiples of max(32, max_seq_length / length_buckets)); 1 pads every batch to
+    # max_seq_length. Sets at most this many compiled shapes (see data/length_buckets.py).
+    length_buckets: int = 4
     eval_every: int = 500  # steps; the run is also evaluated at its end
     seed: int = 0
     # False: --init gives only the architecture and tokenizer; the weights stay randomly
@@ -61,7 +65,8 @@ class Recipe:
             if value not in allowed:
                 raise ValueError(f"finetune.{name} is {value!r}: choose one of "
                                  f"{', '.join(allowed)}")
-        for name in ("learning_rate", "batch_size", "epochs", "max_seq_length", "eval_every"):
+        for name in ("learning_rate", "batch_size", "epochs", "max_seq_length", "eval_every",
+                     "length_buckets"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"finetune.{name} is {getattr(self, name)!r}: set it above 0")
         if self.text_columns is not None:

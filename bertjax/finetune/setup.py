@@ -13,6 +13,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax.data.arrays import ArraySource
+from bertjax.data.length_buckets import LengthBuckets
 from bertjax.finetune import bert_inputs
 from bertjax.finetune import gpt as ft_gpt
 from bertjax.finetune.bert import BertHead, bert_finetuning, with_pretrained_encoder
@@ -39,6 +41,14 @@ class TaskSetup:
     frozen: tuple[str, ...] = ()  # parameter subtrees not trained (feature-based models)
     report: Callable[[Any], dict] | None = None  # params -> extras for eval_results.json
     metric_options: dict = dataclasses.field(default_factory=dict)
+    # features whose last axis is the token axis: batches may be cut to length buckets
+    token_features: tuple[str, ...] = ()
+    token_outputs: bool = False  # predictions have a token axis (axis 1) to pad back
+    buckets: LengthBuckets | None = None  # set by setup_task from finetune.length_buckets
+
+    def source(self, seed: int) -> ArraySource:
+        """The training examples as the loop's data source."""
+        return ArraySource(self.train, seed=seed, buckets=self.buckets)
 
 
 class SetupError(ValueError):
@@ -116,8 +126,11 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
         return head.apply({"params": params}, inputs["input_ids"], inputs["segment_ids"],
                           inputs["input_mask"])
 
+    token_features = ("input_ids", "segment_ids", "input_mask") + (
+        ("labels", "label_weights") if task == "tagging" else ())
     return TaskSetup(objective, train_arrays, dev_arrays, predict, decode, golds,
-                     [ex.id for ex in dev], lambda p: with_pretrained_encoder(p, model.params))
+                     [ex.id for ex in dev], lambda p: with_pretrained_encoder(p, model.params),
+                     token_features=token_features, token_outputs=task == "tagging")
 
 
 def _choices(arrays: Arrays) -> int:
@@ -188,6 +201,9 @@ def setup_task(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_s
     else:
         build = _bert if recipe.family == "bert" else _gpt
     setup = build(recipe, model, train, dev, eval_spec)
+    if setup.token_features and recipe.length_buckets > 1:
+        setup.buckets = LengthBuckets(setup.token_features, recipe.max_seq_length,
+                                      recipe.length_buckets)
     if not recipe.pretrained:  # the papers' "no pretraining" rows: the fresh initialisation
         setup.initial_params = lambda params: params
     if recipe.task in ("classification", "pair_classification"):

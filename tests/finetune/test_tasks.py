@@ -13,7 +13,6 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax.data.arrays import ArraySource
 from bertjax.data.labelled import ChoiceExample, TaggedSentence, TextExample
 from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.pretrained import load_pretrained
@@ -43,7 +42,7 @@ def train_and_evaluate(recipe, model, train, dev, workdir, steps=30):
     setup = setup_task(recipe, model, train, dev, "dev")
     tx = make_optimizer("adamw", recipe.learning_rate, 3, steps, frozen=setup.frozen)
     length = setup.train["input_ids"].shape[-1]
-    exp = Experiment(setup.objective, ArraySource(setup.train), tx, recipe.batch_size, steps,
+    exp = Experiment(setup.objective, setup.source(0), tx, recipe.batch_size, steps,
                      ((1.0, length),), log_every=steps, checkpoint_every=steps)
     evaluator = make_evaluator(setup, recipe.task, steps, 64)
     result = loop.run(exp, workdir, make_mesh(devices=jax.devices()[:1]), False,
