@@ -336,23 +336,25 @@ def _train_phase(
     step, index = int(state.step), position["example_index"]
     labels = exp.objective.progress + (evaluation.labels if evaluation else ())
     progress = ProgressBar(exp.num_steps, step, labels, enabled=show_progress)
-    tokens_per_step = exp.batch_size * seq_length
-    last_time, last_step, scalars, stopped = time.perf_counter(), step, {}, None
+    last_time, scalars, stopped = time.perf_counter(), {}, None
+    tokens = 0  # padded tokens since the last log
     while step < end_step and not stopped:
-        state, metrics = trainer.step(state, trainer.device_batch(next(batches)))
+        batch = next(batches)
+        tokens += exp.batch_size * _padded_length(exp.source, batch, seq_length)
+        state, metrics = trainer.step(state, trainer.device_batch(batch))
         step, index = step + 1, index + exp.batch_size
         position = {"phase": position["phase"], "example_index": index}
         stopped = guards.stop_reason(step, metrics)
         if step % exp.log_every == 0 or step == end_step or stopped:
             now = time.perf_counter()
             scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            scalars["tokens_per_second"] = tokens_per_step * (step - last_step) / (now - last_time)
+            scalars["tokens_per_second"] = tokens / (now - last_time)
             scalars["seq_length"] = seq_length
             scalars["skipped_steps"] = guards.check_nonfinite()
             writer.write(step, scalars)
             progress.update(step, scalars)
             guards.raise_failure()
-            last_time, last_step = now, step
+            last_time, tokens = now, 0
         else:
             progress.update(step, None)
         if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
@@ -361,6 +363,13 @@ def _train_phase(
             checkpointer.save(step, state, position, force=bool(stopped))
     progress.close()
     return state, position, scalars, stopped
+
+
+def _padded_length(source: Any, batch: Batch, seq_length: int) -> int:
+    """Tokens per row of `batch`: the phase's length, or the length bucket a source that
+    buckets its batches (see data/length_buckets.py) cut this one to."""
+    buckets = getattr(source, "buckets", None)
+    return batch[buckets.token_features[0]].shape[-1] if buckets else seq_length
 
 
 class _Evaluation:
