@@ -134,9 +134,9 @@ def torch_run(args, model_dir, train, dev, grouped=False):
         lambda: torch.randperm(len(train), generator=generator))
     order = torch.cat([epoch() for _ in range(int(args.epochs) + 1)])
 
-    def cut(rows, *tensors):  # DataCollatorWithPadding: pad to the batch's longest row
+    def cut(rows, ids, types, mask):  # DataCollatorWithPadding: pad to the batch's longest row
         longest = int(mask[rows].sum(-1).max()) if grouped else args.seq_length
-        return [t[rows, :longest] for t in tensors]
+        return ids[rows, :longest], types[rows, :longest], mask[rows, :longest]
 
     for step in range(steps):
         rows = order[step * args.batch_size:(step + 1) * args.batch_size]

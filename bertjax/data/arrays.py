@@ -74,8 +74,9 @@ class ArraySource:
         return group_by_length(order, self.lengths, GROUP_BATCHES * global_batch, global_batch,
                                rng)
 
-    def rows(self, start_index: int, count: int, global_batch: int = 1) -> np.ndarray:
-        """Row numbers of global examples start_index .. start_index + count - 1."""
+    def rows(self, start_index: int, count: int, global_batch: int) -> np.ndarray:
+        """Row numbers of global examples start_index .. start_index + count - 1 of a run with
+        this global batch size."""
         g = np.arange(start_index, start_index + count)
         epochs, within = np.divmod(g, self.num_examples)
         orders = {e: self.epoch_order(e, global_batch) for e in np.unique(epochs)}

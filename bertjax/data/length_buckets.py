@@ -17,8 +17,8 @@ MIN_WIDTH = 32  # narrower buckets would cost a compilation each for a few padde
 
 @dataclasses.dataclass(frozen=True)
 class LengthBuckets:
-    """How to cut batches: the token features (their last axis is the token axis), each row's
-    number of real tokens, and the padded length they were encoded at."""
+    """How to cut batches: the token features (their last axis is the token axis), the padded
+    length they were encoded at, and how many bucket lengths that length is split into."""
 
     token_features: tuple[str, ...]
     max_length: int

@@ -41,10 +41,8 @@ class TaskSetup:
     frozen: tuple[str, ...] = ()  # parameter subtrees not trained (feature-based models)
     report: Callable[[Any], dict] | None = None  # params -> extras for eval_results.json
     metric_options: dict = dataclasses.field(default_factory=dict)
-    # features whose last axis is the token axis: batches may be cut to length buckets
-    token_features: tuple[str, ...] = ()
+    buckets: LengthBuckets | None = None  # batches cut to length buckets (BERT fine-tuning)
     token_outputs: bool = False  # predictions have a token axis (axis 1) to pad back
-    buckets: LengthBuckets | None = None  # set by setup_task from finetune.length_buckets
 
     def source(self, seed: int) -> ArraySource:
         """The training examples as the loop's data source."""
@@ -128,9 +126,11 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
 
     token_features = ("input_ids", "segment_ids", "input_mask") + (
         ("labels", "label_weights") if task == "tagging" else ())
+    buckets = (LengthBuckets(token_features, L, recipe.length_buckets)
+               if recipe.length_buckets > 1 else None)
     return TaskSetup(objective, train_arrays, dev_arrays, predict, decode, golds,
                      [ex.id for ex in dev], lambda p: with_pretrained_encoder(p, model.params),
-                     token_features=token_features, token_outputs=task == "tagging")
+                     buckets=buckets, token_outputs=task == "tagging")
 
 
 def _choices(arrays: Arrays) -> int:
@@ -201,9 +201,6 @@ def setup_task(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_s
     else:
         build = _bert if recipe.family == "bert" else _gpt
     setup = build(recipe, model, train, dev, eval_spec)
-    if setup.token_features and recipe.length_buckets > 1:
-        setup.buckets = LengthBuckets(setup.token_features, recipe.max_seq_length,
-                                      recipe.length_buckets)
     if not recipe.pretrained:  # the papers' "no pretraining" rows: the fresh initialisation
         setup.initial_params = lambda params: params
     if recipe.task in ("classification", "pair_classification"):
