@@ -6,15 +6,23 @@ Importing this package prepares the process before JAX or TensorFlow start:
   to cpu. With libtpu installed for ahead-of-time compilation, JAX would otherwise probe for a
   TPU at start-up and log failures. Hosts with a TPU or GPU keep JAX's own choice, and an
   explicit JAX_PLATFORMS always wins. Each tool prints the backend it runs on at start.
-* TensorFlow (used for tokenization in tf.data) prints start-up lines ("Could not find cuda
-  drivers", "oneDNN custom operations", CPU instruction notes) from C++ before its logging is
-  configured, so TF_CPP_MIN_LOG_LEVEL cannot hide them. They are captured while TensorFlow is
-  imported and shown only if that import fails. TensorFlow is kept off GPUs, which JAX uses.
+* TensorFlow (used for tokenization in tf.data) is imported only by the tools and modules
+  that read corpora, when they first need it: a tool that never touches text (bertjax-compile
+  on a config, bertjax-report) never pays its start-up, and the core runs on accelerator
+  images without TensorFlow. TensorFlow prints start-up lines ("Could not find cuda drivers",
+  "oneDNN custom operations", CPU instruction notes) from C++ before its logging is
+  configured, so TF_CPP_MIN_LOG_LEVEL cannot hide them: whenever it is first imported in a
+  tool's process, they are captured and shown only if that import fails. TensorFlow is kept
+  off GPUs, which JAX uses.
 """
 
 import glob
+import importlib.abc
+import importlib.machinery
 import os
+import sys
 import tempfile
+from types import ModuleType
 
 ACCELERATOR_DEVICE_FILES = (
     "/dev/accel*",  # TPU v4 and later
@@ -29,26 +37,50 @@ def has_accelerator() -> bool:
     return any(glob.glob(pattern) for pattern in ACCELERATOR_DEVICE_FILES)
 
 
-def _import_tensorflow_quietly() -> None:
-    """Import TensorFlow with file descriptor 2 redirected; replay its output on failure."""
-    with tempfile.TemporaryFile() as captured:
-        saved_stderr = os.dup(2)
-        os.dup2(captured.fileno(), 2)
-        try:
-            import tensorflow as tf
+class _QuietLoader(importlib.abc.Loader):
+    """Runs TensorFlow's own loader with file descriptor 2 captured (replayed on failure),
+    then hides the GPUs from TensorFlow."""
 
-            tf.config.set_visible_devices([], "GPU")
-        except BaseException:
-            os.dup2(saved_stderr, 2)
-            captured.seek(0)
-            os.write(2, captured.read())
-            raise
-        finally:
-            os.dup2(saved_stderr, 2)
-            os.close(saved_stderr)
+    def __init__(self, loader: importlib.abc.Loader):
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        with tempfile.TemporaryFile() as captured:
+            saved_stderr = os.dup(2)
+            os.dup2(captured.fileno(), 2)
+            try:
+                module.__loader__ = module.__spec__.loader = self.loader  # resources, reloads
+                self.loader.exec_module(module)
+                module.config.set_visible_devices([], "GPU")
+            except BaseException:
+                os.dup2(saved_stderr, 2)
+                captured.seek(0)
+                os.write(2, captured.read())
+                raise
+            finally:
+                os.dup2(saved_stderr, 2)
+                os.close(saved_stderr)
+
+
+class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
+    """Finds `tensorflow` as the other finders do and gives it the quiet loader."""
+
+    def find_spec(self, name: str, path: object = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)  # once: later imports find the loaded module
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
 
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 if not has_accelerator():
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
-_import_tensorflow_quietly()
+if "tensorflow" not in sys.modules:
+    sys.meta_path.insert(0, _QuietTensorFlowFinder())

@@ -6,58 +6,17 @@ run logged after the step it resumes from: metrics.jsonl lines directly, TensorB
 a SessionLog START event at the first new step, on which TensorBoard discards the old file's
 later steps. Each step is logged once and every write is flushed.
 
-Events are TFRecords of `tensorflow.Event` protos written with TensorFlow's own record writer;
-TensorFlow is loaded anyway for tokenization, so logging adds no import of its own.
+Events are written by `event_file.EventFile` (TFRecords of `Event` protos, encoded without
+TensorFlow, so logging works on accelerator images that do not have it).
 """
 
-import itertools
 import json
-import os
 import pathlib
-import socket
-import time
 
 import jax
-import tensorflow as tf
-from tensorflow.core.framework.summary_pb2 import Summary
-from tensorflow.core.util.event_pb2 import Event, SessionLog
 
 from bertjax.files import write_text
-
-_FILE_NUMBERS = itertools.count()
-
-
-class EventFile:
-    """One TensorBoard event file of scalar summaries in `logdir`.
-
-    Names sort in creation order, as TensorBoard reads them: wall-clock second, host, process,
-    then a per-process counter.
-    """
-
-    def __init__(self, logdir: str | pathlib.Path, purge_step: int | None = None):
-        logdir = pathlib.Path(logdir)
-        logdir.mkdir(parents=True, exist_ok=True)
-        name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
-                f".{os.getpid()}.{next(_FILE_NUMBERS):04d}")
-        self.records = tf.io.TFRecordWriter(str(logdir / name))
-        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
-        if purge_step is not None:
-            self._write(Event(wall_time=time.time(), step=purge_step,
-                              session_log=SessionLog(status=SessionLog.START)))
-
-    def _write(self, event: Event) -> None:
-        self.records.write(event.SerializeToString())
-
-    def add_scalars(self, step: int, scalars: dict[str, float]) -> None:
-        values = [Summary.Value(tag=name, simple_value=float(value))
-                  for name, value in scalars.items()]
-        self._write(Event(wall_time=time.time(), step=step, summary=Summary(value=values)))
-
-    def flush(self) -> None:
-        self.records.flush()
-
-    def close(self) -> None:
-        self.records.close()
+from bertjax.training.event_file import EventFile
 
 
 class MetricWriter:

@@ -42,3 +42,25 @@ def test_a_resumed_run_replaces_what_was_logged_after_its_checkpoint(tmp_path):
 def test_nothing_is_written_before_the_first_logged_step(tmp_path):
     MetricWriter(tmp_path).close()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_event_records_match_tensorflows_own_encoding(tmp_path):
+    """Bytes equal to TensorFlow's TFRecordWriter around TensorBoard's Event proto."""
+    tf = pytest.importorskip("tensorflow")
+    from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    from bertjax.training.event_file import encode_event, tfrecord
+
+    ours = encode_event(1234.5, step=7, scalars={"loss": 2.25, "grad_norm": -0.5})
+    theirs = Event(wall_time=1234.5, step=7, summary=Summary(value=[
+        Summary.Value(tag="loss", simple_value=2.25),
+        Summary.Value(tag="grad_norm", simple_value=-0.5)]))
+    assert Event.FromString(ours) == theirs
+    start = encode_event(1.0, step=2**40, session_start=True)
+    assert Event.FromString(start) == Event(
+        wall_time=1.0, step=2**40, session_log=SessionLog(status=SessionLog.START))
+    path = str(tmp_path / "record")
+    with tf.io.TFRecordWriter(path) as writer:
+        writer.write(ours)
+    assert (tmp_path / "record").read_bytes() == tfrecord(ours)
