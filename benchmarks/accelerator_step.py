@@ -105,9 +105,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seconds_per_window", type=float, default=None,
                    help="length of a timed window (default 0.5 s; 0.05 with --quick)")
     p.add_argument("--windows", type=int, default=3, help="timed windows; the median counts")
-    p.add_argument("--deadline_s", type=float, default=330.0,
+    p.add_argument("--deadline_s", type=float, default=None,
                    help="start no new measurement after this many seconds (the rest are listed "
-                        "as not run)")
+                        "as not run; default 330, 600 with --quick)")
     p.add_argument("--child_timeout_s", type=float, default=240.0)
     p.add_argument("--out", default=None, help="directory for results.json and the log")
     p.add_argument("--results_md", default=None,
@@ -120,6 +120,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.compile is None:
         args.compile = "off" if args.quick else "on"
+    if args.deadline_s is None:
+        args.deadline_s = 600.0 if args.quick else 330.0
     if args.seconds_per_window is None:
         args.seconds_per_window = 0.05 if args.quick else 0.5
     rows = QUICK_ROWS if args.quick else FULL_ROWS

@@ -9,6 +9,8 @@ takes the padding as sequence lengths and causality as a flag. Implementations
   drops out attention probabilities, and the CPU default.
 * "dot_product": `jax.nn.dot_product_attention`; cuDNN's fused (flash) kernel on NVIDIA GPUs
   for bfloat16/float16 compute, XLA's composition elsewhere. No attention dropout.
+* "splash": Pallas splash attention on TPU v4 and later (layers/splash.py), heads sharded
+  over the mesh's model axis. No attention dropout.
 * "auto": "dot_product" on GPUs wherever no attention dropout applies (attention_dropout_rate
   0, or a deterministic pass: evaluation, inference), "xla" otherwise and on CPU and TPU.
 
@@ -36,54 +38,16 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax import struct
 
 from bertjax.layers.dropout import Dropout
+from bertjax.layers.masks import AttentionMask, causal_mask, padding_mask
+from bertjax.layers.splash import splash_attention
 
 Array = jax.Array
+__all__ = ["AttentionMask", "MultiHeadAttention", "causal_mask", "padding_mask"]
 
-ATTENTION_IMPLS = ("auto", "xla", "dot_product")
-FUSED_IMPLS = ("dot_product",)
-
-
-def padding_mask(input_mask_BxL: Array) -> Array:
-    """[B, L] 1/0 token mask -> [B, 1, 1, L] boolean mask over keys."""
-    return input_mask_BxL[:, None, None, :].astype(bool)
-
-
-def causal_mask(length: int) -> Array:
-    """[1, 1, L, L] boolean lower-triangular mask: query t sees keys <= t."""
-    return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
-
-
-@struct.dataclass
-class AttentionMask:
-    """Which keys each query may attend to: padding over the keys, causality, or both.
-
-    `key_mask`: 1 where the key is a real token (None: no padding). `causal`: query t sees
-    keys <= t. `real_tokens_first`: every row is its real tokens followed by padding (as
-    every bertjax pipeline writes BERT inputs), so the padding is described by the row
-    lengths, which is how fused kernels take it; other masks use the general path.
-    """
-
-    key_mask: Array | None = None  # [B, T]
-    causal: bool = struct.field(pytree_node=False, default=False)
-    real_tokens_first: bool = struct.field(pytree_node=False, default=False)
-
-    def dense(self, num_queries: int, num_keys: int) -> Array | None:
-        """Boolean [B or 1, 1, Q, T] mask of the first Q queries over T keys (None: none)."""
-        mask = None
-        if self.causal:
-            mask = (jnp.arange(num_queries)[:, None] >= jnp.arange(num_keys)[None, :])[None, None]
-        if self.key_mask is not None:
-            keys = padding_mask(self.key_mask)
-            mask = keys if mask is None else mask & keys
-        return mask
-
-    def key_lengths(self) -> Array:
-        """int32 [B]: real tokens per row, at least 1 (a padding row attends to its first key,
-        as it does under the dense mask's uniform softmax: finite, and never read)."""
-        return jnp.maximum(self.key_mask.astype(jnp.int32).sum(-1), 1)
+ATTENTION_IMPLS = ("auto", "xla", "dot_product", "splash")
+FUSED_IMPLS = ("dot_product", "splash")
 
 
 def resolve_impl(impl: str, dropout_rate: float, deterministic: bool) -> str:
@@ -216,8 +180,12 @@ class MultiHeadAttention(nn.Module):
         k_BxLxHxD = project("key", x_BxLxE)
         v_BxLxHxD = project("value", x_BxLxE)
         impl = resolve_impl(self.implementation, self.dropout_rate, deterministic)
+        if impl == "splash" and q_BxQxHxD.shape[1] != k_BxLxHxD.shape[1]:
+            impl = "xla"  # the [CLS]-only layer: one query, below splash's 128-row blocks
         if impl == "xla" or self.is_mutable_collection("intermediates"):
             out_BxQxHxD = self._xla(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask, deterministic)
+        elif impl == "splash":
+            out_BxQxHxD = splash_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
         else:
             out_BxQxHxD = fused_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
         return jnp.einsum("blhd,hde->ble", out_BxQxHxD, w_HxDxE) + b_E
