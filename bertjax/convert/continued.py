@@ -102,7 +102,8 @@ def initial_params(init: str, objective: Any, source: Any, lower_case: bool | No
         scanned = scan.is_scanned(plain)
         unscanned = scan.unstack_layers(plain) if scanned else plain
         filled, report = hf_bert.fill_pretrained(tensors, unscanned)
-        logging.warning("--init=%s: %s", init, report)
+        complete = not (report.missing or report.unexpected)
+        (logging.info if complete else logging.warning)("--init=%s: %s", init, report)
         return scan.stack_layers(filled, plain) if scanned else filled
 
     return initial
