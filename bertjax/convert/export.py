@@ -42,7 +42,7 @@ from safetensors.numpy import save_file
 from bertjax.convert import elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
 from bertjax.finetune.task_record import TASK_RECORD, read_task_record
 from bertjax.training import workdir as workdir_lib
-from bertjax.training.checkpoint import restore_saved_params
+from bertjax.training.checkpoint import resolve, restore_saved_params
 
 FORMATS = ("hf", "bilm")
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -98,21 +98,25 @@ class Exported:
 # ----------------------------------------------------------------------------- reading
 
 
-def load_trained(checkpoint: str | os.PathLike, best: bool = True) -> Trained:
-    """The model a workdir (or WORKDIR/checkpoints/STEP) holds, as saved."""
-    path = pathlib.Path(checkpoint)
-    workdir = path.parent.parent if path.parent.name == "checkpoints" else path
+def read_run_record(checkpoint: str | os.PathLike) -> tuple[pathlib.Path, dict[str, Any]]:
+    """(workdir, model.json) of a workdir or WORKDIR/checkpoints[/STEP], read before any
+    weights so a wrong format or model fails at once."""
+    workdir, _ = resolve(checkpoint)
     if not (workdir / workdir_lib.RECORD).is_file():
         raise ExportError(f"{checkpoint} has no {workdir_lib.RECORD}: pass the --workdir of a "
                           "bertjax-train or bertjax-finetune run")
-    record = workdir_lib.read_record(workdir)
+    return workdir, workdir_lib.read_record(workdir)
+
+
+def load_trained(checkpoint: str | os.PathLike, best: bool = True) -> Trained:
+    """The model a workdir (or WORKDIR/checkpoints/STEP) holds, as saved."""
+    _, record = read_run_record(checkpoint)
     params, workdir, which = restore_saved_params(checkpoint, best=best)
     params = jax.device_get(params)
     config = workdir_lib.model_config(record)
     if hasattr(config, "transformer") and config.transformer.scan_layers:
         params, config = scan.unstack_layers(params), config.replace(scan_layers=False)
-    task = read_task_record(workdir)
-    return Trained(workdir, which, record, task, config, params)
+    return Trained(workdir, which, record, read_task_record(workdir), config, params)
 
 
 def _cast(tensors: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
@@ -188,11 +192,15 @@ def _bert_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, 
         architecture = hf_bert.HEAD_CLASSES[kind][0]
         tensors = hf_bert.head_to_hf(params, config, kind)
         extra = _bert_label_config(trained, kind)
+    tokenizer = trained.tokenizer()
+    tokens = (trained.workdir / tokenizer["files"]["vocab"]).read_text(encoding="utf-8")
+    tokens = tokens.splitlines()
+    if hf_tokenizer.BERT_SPECIALS["pad_token"] in tokens:
+        extra["pad_token_id"] = tokens.index(hf_tokenizer.BERT_SPECIALS["pad_token"])
     try:
         config_json = hf_bert.hf_config(config, architecture, **extra)
     except ValueError as e:
         raise ExportError(f"{trained.workdir}: {e}") from None
-    tokenizer = trained.tokenizer()
 
     def write_tokenizer(out: pathlib.Path) -> list[str]:
         if tokenizer.get("kind") != "wordpiece":
@@ -307,13 +315,14 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
         raise ExportError(f"unknown --dtype={dtype!r}: use one of {', '.join(DTYPES)}")
     out = pathlib.Path(out)
     check_destination(out, overwrite)
-    trained = load_trained(checkpoint, best)
-    family = trained.record["family"]
+    workdir, record = read_run_record(checkpoint)
+    family = record["family"]
     if (family == "elmo") != (format == "bilm"):
         fix = ("ELMo has no transformers counterpart: export it with --format=bilm"
                if family == "elmo" else f"--format=bilm is ELMo's (bilm-tf) layout: export "
                f"{family.upper()} with --format=hf")
-        raise ExportError(f"{trained.workdir}: {fix}")
+        raise ExportError(f"{workdir}: {fix}")
+    trained = load_trained(checkpoint, best)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

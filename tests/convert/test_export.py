@@ -230,3 +230,66 @@ def test_scanned_layers_unstack_and_stack_back():
     b = BertModel(unscanned).apply({"params": flat}, ids)["sequence_output"]
     np.testing.assert_allclose(a, b, atol=1e-6)
     jax.tree.map(np.testing.assert_array_equal, scan.stack_layers(flat, params), params)
+
+
+# ----------------------------------------------------------------------------- encoders alone
+
+
+@pytest.mark.torch
+def test_a_gpt_fine_tuning_head_exports_its_gpt_with_the_task_tokens(tmp_path):
+    """A GPT fine-tuning run is refused as a whole; --encoder_only writes GPT2Model (the
+    vocabulary grown by start, delimiter and extract) and a tokenizer that gives those three
+    tokens the ids the fine-tuning used."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from bertjax.data.bpe import learn_bpe
+    from bertjax.finetune.gpt_inputs import SpecialTokens
+
+    bpe = learn_bpe(["the cat sat on the mat", "a dog ran in the park"] * 20, 300)
+    bpe.save(tmp_path)
+    config = gpt_config("gpt2_tiny", vocab_size=bpe.vocab_size + 3, hidden_size=32,
+                        num_layers=1, num_heads=4, mlp_dim=64, max_position_embeddings=24)
+    params = {"gpt": random_like(abstract_params(config)),
+              "head": {"kernel": np.zeros((32, 2), np.float32), "bias": np.zeros(2, np.float32)}}
+    tokenizer = {"kind": "bpe", "files": {"vocab": "vocab.json", "merges": "merges.txt"}}
+    trained = export.Trained(tmp_path, "best", {"family": "gpt",
+                                                "objective": "gpt_classification"},
+                             {"tokenizer": tokenizer}, config, params)
+    with pytest.raises(export.ExportError, match="GPT fine-tuning head.*--encoder_only"):
+        export._gpt_files(trained, encoder_only=False)
+    model_class, tensors, config_json, write_tokenizer = export._gpt_files(trained, True)
+    out = write_dir(tmp_path / "out", tensors, config_json)
+    write_tokenizer(out)
+    model, info = load_hf(out, "AutoModel")
+    assert_loaded_cleanly(info)
+    assert type(model).__name__ == model_class == "GPT2Model"
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    special = SpecialTokens.after(bpe.vocab_size)
+    assert hf_tokenizer.convert_tokens_to_ids(list(export.GPT_TASK_TOKENS)) == [
+        special.start, special.delimiter, special.extract]
+    ids = np.array([[special.start, *bpe.encode("the cat ran"), special.extract]], np.int32)
+    assert hf_tokenizer("<|start|>the cat ran<|extract|>")["input_ids"] == ids[0].tolist()
+    hidden, _ = GptLM(config).apply({"params": params["gpt"]}, ids, method=GptLM.hidden)
+    with torch.no_grad():
+        theirs = model(input_ids=torch.from_numpy(ids).long()).last_hidden_state.numpy()
+    np.testing.assert_allclose(hidden, theirs, atol=TOL, rtol=0)
+
+
+def test_an_elmo_task_model_exports_its_bilm(tmp_path):
+    from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
+    from bertjax.models import elmo
+
+    config = elmo.elmo_config("tiny", vocab_size=50)
+    bilm = random_like(elmo.abstract_params(config))
+    trained = export.Trained(tmp_path, "best", {"family": "elmo", "objective": "elmo_classify"},
+                             None, config, {"bilm": bilm, "head": {"kernel": np.zeros((4, 2))}})
+    with pytest.raises(export.ExportError, match="ELMo task model.*--encoder_only"):
+        export._write_bilm(trained, tmp_path, encoder_only=False)
+    assert export._write_bilm(trained, tmp_path, encoder_only=True) == ["options.json",
+                                                                        "weights.hdf5"]
+    _, back = load_bilm_hdf5(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    # bilm-tf has no row for padded tokens (character id 0): it reads back as zeros
+    bilm["token_encoder"]["char_embed"]["embedding"][0] = 0.0
+    for key in ("lstms_0", "lstms_1", "token_encoder"):  # the forget bias moves by 1.0 and back
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), back[key],
+                     bilm[key])
