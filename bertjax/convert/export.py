@@ -76,8 +76,8 @@ class Trained:
 
     def tokenizer(self) -> dict[str, Any]:
         """The tokenizer record (files relative to the workdir) of the run."""
-        found = (self.task or {}).get("tokenizer") if self.fine_tuned else \
-            self.record.get("tokenizer")
+        record = (self.task or {}) if self.fine_tuned else self.record
+        found = record.get("tokenizer")
         if not found or not found.get("files"):
             raise ExportError(f"{self.workdir} records no tokenizer files: rerun the run's "
                               "command with this version of bertjax (it resumes and records "

@@ -34,7 +34,6 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import flax.linen as nn
 import numpy as np
 
 from bertjax.convert import hf_bert
@@ -42,7 +41,7 @@ from bertjax.models.bert import BertConfig
 
 PathLike = str | os.PathLike
 CONFIG, VOCAB, CHECKPOINT = "bert_config.json", "vocab.txt", "bert_model.ckpt"
-_IGNORED = re.compile(r"(^|/)(adam_[mv]|global_step|good_steps|loss_scale)$|/adam_[mv]$")
+_IGNORED = re.compile(r"(^|/)(adam_[mv]|global_step|good_steps|loss_scale)$")  # not the model
 # Released models google-research/bert's tokenization.py knows to be lower-cased although
 # their names do not say "uncased" (its validate_case_matches_checkpoint).
 _LOWER_CASE_RELEASES = ("multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
@@ -96,11 +95,10 @@ def expected_variables(config: BertConfig, heads: bool) -> dict[str, tuple[int, 
     """{modeling.py name: shape} of the variables BertModel (or with `heads`,
     BertForPreTraining) of `config` reads from a checkpoint (shapes only, no memory)."""
     expected = {}
-    for path, leaf in hf_bert._flatten(hf_bert.param_template(config, heads))[0]:
-        name, kind = hf_bert._hf_name(path)
-        shape = hf_bert._hf_shape(kind, nn.unbox(leaf).shape)
-        tf_name = hf_to_tf_name(name if name.startswith("cls.") else f"bert.{name}")
-        expected[tf_name] = shape[::-1] if tf_to_hf_name(tf_name)[1] else shape
+    for name, shape in hf_bert.hf_shapes(config, heads=True).items():
+        if heads or not name.startswith("cls."):
+            tf_name = hf_to_tf_name(name)
+            expected[tf_name] = shape[::-1] if tf_to_hf_name(tf_name)[1] else shape
     return expected
 
 
@@ -227,29 +225,3 @@ def load_google_bert(directory: PathLike, heads: bool = False, **overrides: Any
     prefix = checkpoint_prefix(directory)
     params = google_to_bertjax(read_variables(prefix), config, heads, str(prefix))
     return config, params
-
-
-def load_into(directory: PathLike, params: Any) -> tuple[Any, hf_bert.LoadReport]:
-    """Fill initialised BertModel / BertForPreTraining `params` (boxed or not, sharded or not)
-    from a google-research/bert directory, keeping what the checkpoint lacks (e.g. heads),
-    after checking its variables against its bert_config.json."""
-    directory = pathlib.Path(directory)
-    config = load_google_config(directory)
-    prefix = checkpoint_prefix(directory)
-    variables = read_variables(prefix)
-    heads = any(n.startswith("cls/") for n in variables)
-    _check_variables(variables, config, heads, str(prefix))
-    tensors = to_hf_state_dict(variables)
-    try:
-        _check_heads(config, params)
-        return hf_bert._fill(tensors, params, check_layers=True)
-    except ValueError as e:
-        raise GoogleCheckpointError(f"{directory}: {e}") from None
-
-
-def _check_heads(config: BertConfig, params: Any) -> None:
-    kernels = [nn.unbox(x) for p, x in hf_bert._flatten(params)[0] if p.endswith("query_kernel")]
-    if kernels and kernels[0].shape[1] != config.transformer.num_heads:
-        raise ValueError(f"{CONFIG} num_attention_heads {config.transformer.num_heads} != model "
-                         f"num_heads {kernels[0].shape[1]}: set "
-                         f"bert_config.num_heads={config.transformer.num_heads}")

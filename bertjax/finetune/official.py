@@ -87,8 +87,8 @@ def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[Text
     a bad file fails in one line before anything runs."""
     if not specs:
         return {}
-    if recipe.family != "bert" or recipe.task not in PREDICT_TASKS or recipe.approach != (
-            "fine_tune"):
+    supported = recipe.family == "bert" and recipe.approach == "fine_tune"
+    if not supported or recipe.task not in PREDICT_TASKS:
         raise ValueError(f"--predict writes GLUE submissions of fine-tuned BERT "
                          f"{', '.join(PREDICT_TASKS)}; this recipe is {recipe.family} "
                          f"{recipe.task}: drop --predict")

@@ -147,6 +147,7 @@ def scanned_bf16_run(bert_run, wikitext_valid, tmp_path_factory):
                  "--gin.bert_config.scan_layers=True", "--gin.bert_config.param_dtype='bfloat16'")
 
 
+@pytest.mark.e2e  # a third training run; tests/convert/test_export.py checks both mechanisms
 def test_scanned_bfloat16_run_exports_per_layer_float32(scanned_bf16_run, tmp_path):
     """The scanned model's own outputs (bfloat16 weights widened, float32 compute) are what
     transformers computes from the un-stacked float32 export."""
@@ -247,6 +248,7 @@ def test_gpt2_exports_as_gpt2_lm_head_model(gpt_run, wikitext_valid, tmp_path):
 # ----------------------------------------------------------------------------- ELMo
 
 
+@pytest.mark.e2e  # an ELMo training run; tests/convert/test_export.py writes and reads the layout
 def test_elmo_exports_in_bilm_tf_layout(wikitext_valid, tmp_path):
     run = train(tmp_path / "elmo", "elmo_tiny_cpu", "--gin.NUM_STEPS=2", "--gin.BATCH_SIZE=8",
                 "--gin.SEQ_LENGTH=16", "--gin.VOCAB_SIZE=512", "--gin.train.checkpoint_every=2",

@@ -116,14 +116,16 @@ def test_a_head_behind_a_bilstm_is_refused(tmp_path):
     ids = np.ones((1, 6), np.int32)
     shapes = nn.unbox(jax.eval_shape(lambda: head.init(jax.random.key(0), ids, ids, ids)))
     tokenizer = {"kind": "wordpiece", "files": {"vocab": "vocab.txt"}, "lower_case": True}
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
     trained = export.Trained(tmp_path, "best", {"family": "bert", "objective": "bert_classify"},
                              {"labels": ["a", "b"], "tokenizer": tokenizer}, config,
                              random_like(shapes["params"]))
     with pytest.raises(export.ExportError, match="no transformers counterpart: export its BERT "
                                                  "encoder alone with --encoder_only"):
         export._bert_files(trained, encoder_only=False)
-    model, tensors, _, _ = export._bert_files(trained, encoder_only=True)
+    model, tensors, config_json, _ = export._bert_files(trained, encoder_only=True)
     assert model == "BertModel" and "pooler.dense.weight" in tensors
+    assert config_json["architectures"] == ["BertModel"] and config_json["pad_token_id"] == 0
 
 
 @pytest.mark.parametrize("objective, message", [
