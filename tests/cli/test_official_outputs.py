@@ -203,3 +203,11 @@ def test_submission_names_and_spellings():
 def test_predict_with_a_task_glue_does_not_score_is_refused():
     with pytest.raises(ValueError, match="--predict writes GLUE submissions"):
         official.read_unlabelled(["test.tsv"], Recipe(family="bert", task="tagging"))
+
+
+def test_squad_1_1_writes_predictions_only():
+    files = official.squad_files({"q1": "Paris", "q2": "1066"})
+    assert set(files) == {"predictions.json"}
+    assert json.loads(files["predictions.json"]) == {"q1": "Paris", "q2": "1066"}
+    both = official.squad_files({"q1": ""}, {"q1": np.float32(2.5)})
+    assert json.loads(both["null_odds.json"]) == {"q1": 2.5}
