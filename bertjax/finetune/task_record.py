@@ -16,10 +16,9 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 from typing import TYPE_CHECKING, Any
 
-from bertjax.files import write_text
+from bertjax.files import atomic_file, write_text
 
 if TYPE_CHECKING:  # reading a record (bertjax-export) needs neither TensorFlow nor the models
     from bertjax.finetune.pretrained import Pretrained
@@ -37,8 +36,8 @@ def _save_tokenizer(workdir: pathlib.Path, tokenizer: Any) -> dict[str, Any] | N
     if isinstance(tokenizer, WordPieceVocabulary):
         target = workdir / "vocab.txt"
         if not (target.exists() and target.samefile(tokenizer.vocab_path)):
-            shutil.copyfile(tokenizer.vocab_path, target.with_suffix(".txt.tmp"))
-            os.replace(target.with_suffix(".txt.tmp"), target)
+            with atomic_file(target, "wb") as f:
+                f.write(pathlib.Path(tokenizer.vocab_path).read_bytes())
         return {"kind": "wordpiece", "files": {"vocab": target.name},
                 "lower_case": tokenizer.lower_case, "vocab_size": tokenizer.vocab_size}
     if isinstance(tokenizer, ByteLevelBPE):
