@@ -70,6 +70,7 @@ setup(
             "bertjax-finetune=bertjax.cli.finetune:run",
             "bertjax-fill-mask=bertjax.cli.fill_mask:run",
             "bertjax-report=bertjax.cli.report:run",
+            "bertjax-export=bertjax.cli.export:run",
         ]
     },
 )

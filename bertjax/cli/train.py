@@ -4,10 +4,12 @@
         --gin.NUM_STEPS=200
 
 The gin file names the model, objective, data and optimizer (configs/experiments/ has one per
-paper setup; files shipped with bertjax are found from any directory). The workdir receives
-checkpoints, TensorBoard events, metrics.jsonl, the tokenizer files and config.gin. Bad input
-(a gin typo, a binding nothing reads, a corpus that is missing or binary, a checkpoint of
-another model) is refused before anything in the workdir changes.
+paper setup; files shipped with bertjax are found from any directory). --init=DIR continues BERT
+pretraining from released weights (a Google BERT or Hugging Face BERT directory; the model
+sizes and the data's vocab.txt and case must be the checkpoint's: convert/continued.py). The
+workdir receives checkpoints, TensorBoard events, metrics.jsonl, the tokenizer files and
+config.gin. Bad input (a gin typo, a binding nothing reads, a corpus that is missing or
+binary, a checkpoint of another model) is refused before anything in the workdir changes.
 """
 
 import json
@@ -32,6 +34,11 @@ def define_flags() -> None:
     for define, name, default, help_text in (
         (string, "workdir", None, "Run directory: checkpoints, TensorBoard, metrics.jsonl; "
                                   "re-running with the same directory resumes."),
+        (string, "init", None, "Continue BERT pretraining from a Google BERT directory "
+                               "(bert_config.json, vocab.txt, bert_model.ckpt.*) or a Hugging "
+                               "Face BERT directory; a fresh run starts from its weights."),
+        (boolean, "do_lower_case", None, "Whether the --init checkpoint is uncased, where its "
+                                         "directory name does not say."),
         (boolean, "progress", True, "Show the progress bar."),
         (boolean, "distributed", False, "Multi-host on a TPU pod: peers are detected."),
         (string, "coordinator_address", None, "host:port of process 0 (multi-host by hand)."),
@@ -53,9 +60,10 @@ def check_workdir(workdir: str | None) -> pathlib.Path:
     return path
 
 
-def train(workdir: str | pathlib.Path, show_progress: bool = True
-          ) -> tuple[loop.RunResult, Objective]:
-    """Build the configured experiment, check it, prepare its data, train and checkpoint.
+def train(workdir: str | pathlib.Path, show_progress: bool = True, init: str | None = None,
+          lower_case: bool | None = None) -> tuple[loop.RunResult, Objective]:
+    """Build the configured experiment, check it, prepare its data, train and checkpoint;
+    with `init`, a fresh run starts from those pretrained weights.
 
     Nothing is written to `workdir` until every check has passed.
     """
@@ -63,7 +71,12 @@ def train(workdir: str | pathlib.Path, show_progress: bool = True
     mesh = gin.get_configurable("bertjax.make_mesh")()  # data/fsdp/model from meshes/*.gin
     gin_utils.check_all_read(ignore=("aot_compile",))  # TPU mesh files also bind the compiler
     exp.source.prepare(workdir)
-    return loop.run(exp, workdir, mesh, show_progress), exp.objective
+    initial = None
+    if init:
+        from bertjax.convert import continued  # reads TensorFlow checkpoints: only when asked
+
+        initial = continued.initial_params(init, exp.objective, exp.source, lower_case)
+    return loop.run(exp, workdir, mesh, show_progress, initial), exp.objective
 
 
 def summarize(result: loop.RunResult, objective: Objective, workdir: pathlib.Path,
@@ -92,7 +105,8 @@ def main() -> None:
     runner.announce_backend(PROGRAM)
     gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
     start = time.perf_counter()
-    result, objective = train(workdir, show_progress=FLAGS.progress)
+    result, objective = train(workdir, show_progress=FLAGS.progress, init=FLAGS.init,
+                              lower_case=FLAGS.do_lower_case)
     runner.finish_run(PROGRAM, result, workdir,
                       lambda: summarize(result, objective, workdir, time.perf_counter() - start))
 

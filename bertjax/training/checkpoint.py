@@ -299,3 +299,58 @@ def load_trained(path: str | os.PathLike, family: str, tool: str,
                           abstract_params(config))
     params, workdir, step = restore_params(path, shapes)
     return TrainedModel(workdir, step, record, config, params)
+
+
+# ----------------------------------------------------------------------------- saved as it is
+
+BEST_PARAMS = ("best", "params")  # where a run with evaluation keeps its best parameters
+
+
+def saved_shapes(item: pathlib.Path, key: str | None = None) -> Any:
+    """The tree an orbax pytree item holds (or its subtree `key`), as ShapeDtypeStructs on
+    this host's first device, read from its metadata: what to restore it into without
+    building the model."""
+    try:
+        saved = ocp.PyTreeCheckpointHandler().metadata(item)
+    except Exception as err:  # noqa: BLE001 - any failure to read it means unreadable
+        raise CheckpointError(f"{item} cannot be read ({_first_line(err)}): pass another "
+                              "checkpoint of the run") from err
+    tree = getattr(saved, "tree", saved)
+    if key is not None:
+        if not isinstance(tree, dict) or key not in tree:
+            raise CheckpointError(f"{item} holds no {key}: it was not written by bertjax")
+        tree = tree[key]
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                        tree, is_leaf=lambda x: hasattr(x, "shape"))
+
+
+def restore_saved_params(path: str | os.PathLike, best: bool = True
+                         ) -> tuple[Any, pathlib.Path, str]:
+    """(params on one device, workdir, which) of a run as it saved them: with `best`, the best
+    evaluation's parameters (WORKDIR/best/params) when the run kept one and `path` names no
+    step; else the newest (or the named) checkpoint's. The tree comes from the checkpoint's
+    own metadata, so no model is built; `which` says what was read ("best", "step N")."""
+    workdir, step = resolve(path)
+    best_item = workdir.absolute().joinpath(*BEST_PARAMS)
+    if best and step is None and best_item.is_dir():
+        with ocp.StandardCheckpointer() as checkpointer:
+            try:
+                params = checkpointer.restore(best_item, saved_shapes(best_item))
+            except Exception as err:  # noqa: BLE001 - any failure to read it
+                raise CheckpointError(f"{best_item} cannot be read ({_first_line(err)}): pass "
+                                      f"one of {workdir}/checkpoints/STEP") from err
+        return params, workdir, "best"
+    directory = workdir.absolute() / "checkpoints"
+    steps = sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit() and
+                   (p / "state").is_dir()) if directory.is_dir() else []
+    if not steps:
+        raise CheckpointError(f"{workdir} holds no checkpoint: train for at least "
+                              "train.checkpoint_every steps, or to the end, first")
+    chosen = steps[-1] if step is None else step
+    if chosen not in steps:
+        raise CheckpointError(f"{directory}/{chosen} is not a checkpoint: pass one of "
+                              f"{', '.join(map(str, steps))}")
+    abstract = saved_shapes(directory / str(chosen) / "state", "params")
+    params, workdir, chosen = restore_params(directory / str(chosen), abstract)
+    return params, workdir, f"step {chosen}"

@@ -8,6 +8,8 @@ metric first, higher is better) and one prediction row per dev example. `BestKee
     WORKDIR/predictions.jsonl   the best checkpoint's predictions, one {"id", "prediction",
                                 "gold"} line per dev example
     WORKDIR/best/               the best checkpoint's parameters (orbax)
+    WORKDIR/NAME                any further files of the best evaluation (EvalResult.files,
+                                e.g. SQuAD's predictions.json for the official scripts)
 
 all written atomically, so an interrupted run leaves the previous best intact; a resumed run
 reads eval_results.json back and keeps improving on the same best.
@@ -44,11 +46,13 @@ def jit_inference(fn: Callable[..., Any]) -> Any:
 
 @dataclasses.dataclass
 class EvalResult:
-    """Dev metrics (main one first), prediction rows, and extras for eval_results.json."""
+    """Dev metrics (main one first), prediction rows, extras for eval_results.json, and files
+    (name: text) written into the workdir beside predictions.jsonl when this is the best."""
 
     metrics: dict[str, float]
     predictions: list[dict[str, Any]]
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -84,6 +88,8 @@ class BestKeeper:
             with atomic_file(self.workdir / PREDICTIONS) as f:
                 f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in
                              result.predictions)
+            for name, text in result.files.items():
+                write_text(self.workdir / name, text)
             self.results["best"] = {"step": step, **result.metrics}
         self.results.update(result.extra, step=step, final=dict(result.metrics))
         write_text(self.workdir / RESULTS, json.dumps(self.results, indent=2) + "\n")
