@@ -140,7 +140,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         return
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    _remove_orphans(target)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
+                               suffix=".tmp")
     try:
         os.fchmod(fd, new_file_mode(target))
         with os.fdopen(fd, mode, **text) as f:
@@ -152,6 +154,30 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _remove_orphans(target: pathlib.Path) -> None:
+    """Delete temporary files of `target` left by processes that were killed (kill -9)
+    before they could clean up: their names carry the writer's PID."""
+    for orphan in target.parent.glob(f".{glob_escape(target.name)}.*.tmp"):
+        pid = orphan.name[len(target.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            orphan.unlink(missing_ok=True)
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob's special characters made literal."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
