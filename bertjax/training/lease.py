@@ -200,19 +200,24 @@ class Lease:
         return None
 
     def _acquire_remote(self) -> None:
+        """Read first (a live lease refuses at once), then create only if absent, then read
+        back: the token check also catches a store that ignores the precondition."""
         for _ in range(10):
-            if self._create_remote():
-                break
             try:
                 holder = self._read_remote()
             except FileNotFoundError:
-                continue  # released meanwhile: try to create it again
-            why = self._stale_why(holder) if holder else "it cannot be read"
-            if why is None:
-                raise self._in_use(holder)
-            self._warn_takeover(holder or {}, why)
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
+                holder = None
+            if holder is not None:
+                why = self._stale_why(holder) if holder else "it cannot be read"
+                if why is None:
+                    raise self._in_use(holder)
+                self._warn_takeover(holder, why)
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+            if self._create_remote():
+                with contextlib.suppress(FileNotFoundError):
+                    if (self._read_remote() or {}).get("token") == self.record["token"]:
+                        break
         else:
             raise self._in_use(None)
         self._renewer = threading.Thread(target=self._renew, name="bertjax-lease", daemon=True)
