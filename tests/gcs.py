@@ -44,7 +44,7 @@ main(sys.argv[1:])
 """
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -53,7 +53,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="session")
 def gcs_bucket() -> Iterator[str]:
     """gs://BUCKET on a running emulator; this process's environment points at it."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-c", SERVER, "start", "--host=127.0.0.1",
          f"--port={port}", f"--default-bucket={BUCKET}", "--in-memory"],

@@ -25,7 +25,7 @@ import os
 import pathlib
 from typing import Any
 
-from bertjax.files import as_path, local_copy, write_text
+from bertjax.files import as_path, is_remote, local_copy, write_text
 
 RECORD = "model.json"
 
@@ -145,6 +145,8 @@ def tokenizer_file(workdir: str | os.PathLike, record: dict[str, Any], role: str
         raise RecordError(f"{as_path(workdir) / RECORD} names no tokenizer {role} file: "
                           "retrain with this version of bertjax")
     path = as_path(workdir) / files[role]
+    if not is_remote(path):
+        return pathlib.Path(path)  # the caller says what a missing one means for it
     if not path.is_file():
         raise RecordError(f"{path}, which {as_path(workdir) / RECORD} names, is missing: "
                           "restore it")

@@ -7,6 +7,7 @@ the parameters of an uninterrupted one."""
 import json
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,9 +21,13 @@ from bertjax import files
 from bertjax.data.corpora import stdlib_documents, write_bert_format
 from bertjax.training.lease import LEASE, Lease, WorkdirInUseError
 from bertjax.training.metrics import read_metrics
-from tests.gcs import gcs_bucket  # noqa: F401 - the fixture
+from tests.gcs import (
+    free_port,
+    gcs_bucket,  # noqa: F401 - the fixture
+)
 from tests.in_process import run_tool
 from tests.process_env import process_env
+from tests.scripts.test_tpu import WHERE, _option, dry_run
 from tests.training.test_faults import REPO, TINY, final_params
 
 TOPICS = {"Sports": ["the team won the match", "a late goal decided the game",
@@ -75,8 +80,10 @@ def write_topics(path):
     return path
 
 
-def test_pretrain_resume_finetune_and_report_on_gs(gcs_bucket, corpus, tmp_path):  # noqa: F811
-    workdir = f"{gcs_bucket}/pretrain"
+@pytest.fixture(scope="module")
+def pretrained(gcs_bucket, corpus, tmp_path_factory):  # noqa: F811
+    """(workdir, run directory): a run on gs:// stopped at step 2, resumed to step 3."""
+    workdir, tmp_path = f"{gcs_bucket}/pretrain", tmp_path_factory.mktemp("cwd")
     first = run_tool("bertjax.cli.train", *pretrain_args(
         workdir, corpus, "--gin.NUM_STEPS=2", "--gin.train.checkpoint_every=1"), cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -91,7 +98,19 @@ def test_pretrain_resume_finetune_and_report_on_gs(gcs_bucket, corpus, tmp_path)
                        cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert "steps 2 -> 3" in resumed.stdout and steps(workdir) == [1, 2, 3]
+    assert list(tmp_path.iterdir()) == []
+    return workdir, tmp_path
 
+
+def test_pretrain_and_resume_with_workdir_and_corpus_on_gs(pretrained):
+    """What the fixture checks: the run's files on gs://, none under ./gs:/, a resume."""
+    workdir, _ = pretrained
+    assert json.loads((files.as_path(workdir) / "model.json").read_text())["data"][
+        "corpus"].startswith("gs://")
+
+
+def test_a_second_run_on_a_gs_workdir_is_refused(pretrained, corpus):
+    workdir, tmp_path = pretrained
     holder = Lease(workdir)  # another run holds it: refused before anything
     holder.acquire()
     try:
@@ -104,6 +123,10 @@ def test_pretrain_resume_finetune_and_report_on_gs(gcs_bucket, corpus, tmp_path)
         f"bertjax-train: error: {workdir} is in use by PID ")
     assert steps(workdir) == [1, 2, 3]
 
+
+@pytest.mark.e2e
+def test_finetune_from_a_gs_workdir_and_report_both(gcs_bucket, pretrained):  # noqa: F811
+    workdir, tmp_path = pretrained
     finetuned, topics = f"{gcs_bucket}/topics", write_topics(f"{gcs_bucket}/data/topics.tsv")
     tuned = run_tool(
         "bertjax.cli.finetune", "--gin_file=configs/finetune/bert_classification.gin",
@@ -124,15 +147,32 @@ def test_pretrain_resume_finetune_and_report_on_gs(gcs_bucket, corpus, tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
+def worker_command(workdir, corpus, *bindings):
+    """The command scripts/tpu/train.sh starts on every worker of a slice (README's Cloud TPU
+    block), with its bertjax-train run as this interpreter's module and --distributed, which
+    finds the peers of a TPU pod, given as the one-process equivalent a CPU host needs."""
+    extra = [f"--gin.bert_pretraining_source.corpus='{corpus}'", "--noprogress", *TINY,
+             *bindings]
+    (ssh,) = dry_run("train.sh", *WHERE, "--gin-file=configs/experiments/bert_tiny_cpu.gin",
+                     f"--workdir={workdir}", "--", *extra)
+    words = shlex.split(_option(ssh, "command"))
+    train = words[words.index("nohup") + 1:words.index(">")]
+    assert train[:2] == [".venv/bin/bertjax-train", "--distributed"]
+    port = free_port()
+    return [sys.executable, "-m", "bertjax.cli.train", f"--coordinator_address=127.0.0.1:{port}",
+            "--num_processes=1", "--process_id=0", *train[2:]]
+
+
 def train_process(workdir, corpus, *bindings):
-    command = [sys.executable, "-m", "bertjax.cli.train",
-               *pretrain_args(workdir, corpus, *bindings)]
-    return subprocess.Popen(command, cwd=REPO, env=process_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(worker_command(workdir, corpus, *bindings), cwd=REPO,
+                            env=process_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 @pytest.mark.e2e
 def test_sigterm_on_gs_resumes_to_the_uninterrupted_parameters(gcs_bucket, corpus):  # noqa: F811
+    """README's Cloud TPU workflow on the emulator: train.sh's worker command, `train.sh
+    --stop` (SIGTERM) after a checkpoint, rerun: the parameters of an uninterrupted run."""
     bindings = ("--gin.NUM_STEPS=8", "--gin.train.checkpoint_every=2")
     straight = train_process(f"{gcs_bucket}/straight", corpus, *bindings)
     out, err = straight.communicate(timeout=900)
