@@ -173,7 +173,7 @@ def train_process(workdir, corpus, *bindings):
 def test_sigterm_on_gs_resumes_to_the_uninterrupted_parameters(gcs_bucket, corpus):  # noqa: F811
     """README's Cloud TPU workflow on the emulator: train.sh's worker command, `train.sh
     --stop` (SIGTERM) after a checkpoint, rerun: the parameters of an uninterrupted run."""
-    bindings = ("--gin.NUM_STEPS=8", "--gin.train.checkpoint_every=2")
+    bindings = ("--gin.NUM_STEPS=30", "--gin.train.checkpoint_every=5")
     straight = train_process(f"{gcs_bucket}/straight", corpus, *bindings)
     out, err = straight.communicate(timeout=900)
     assert straight.returncode == 0, err
@@ -181,7 +181,7 @@ def test_sigterm_on_gs_resumes_to_the_uninterrupted_parameters(gcs_bucket, corpu
     workdir = f"{gcs_bucket}/stopped"
     stopped = train_process(workdir, corpus, *bindings)
     deadline = time.time() + 600
-    while not (files.as_path(workdir) / "checkpoints" / "2").exists():
+    while not (files.as_path(workdir) / "checkpoints" / "5").exists():
         assert stopped.poll() is None and time.time() < deadline, stopped.communicate()
         time.sleep(0.5)
     stopped.send_signal(signal.SIGTERM)
@@ -190,8 +190,8 @@ def test_sigterm_on_gs_resumes_to_the_uninterrupted_parameters(gcs_bucket, corpu
     resumed = train_process(workdir, corpus, *bindings)
     out, err = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, err
-    assert steps(workdir) == list(range(1, 9))
-    ours, _ = final_params(workdir, 8)
-    theirs, _ = final_params(f"{gcs_bucket}/straight", 8)
+    assert steps(workdir) == list(range(1, 31))
+    ours, _ = final_params(workdir, 30)
+    theirs, _ = final_params(f"{gcs_bucket}/straight", 30)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
         np.testing.assert_array_equal(a, b)
