@@ -224,8 +224,8 @@ class Lease:
         self._renewer.start()
 
     def _renew(self) -> None:
-        """Rewrite the lease every timeout / 4 seconds while it is still ours."""
-        while not self._stop.wait(self.timeout / 4):
+        """Rewrite the lease every timeout / 4 seconds (at least 1 s) while it is ours."""
+        while not self._stop.wait(max(self.timeout / 4, 1.0)):
             try:
                 if (self._read_remote() or {}).get("token") != self.record["token"]:
                     logging.error("%s: the lease was taken over by another run: stop this one; "
