@@ -173,25 +173,28 @@ def train_process(workdir, corpus, *bindings):
 def test_sigterm_on_gs_resumes_to_the_uninterrupted_parameters(gcs_bucket, corpus):  # noqa: F811
     """README's Cloud TPU workflow on the emulator: train.sh's worker command, `train.sh
     --stop` (SIGTERM) after a checkpoint, rerun: the parameters of an uninterrupted run."""
-    bindings = ("--gin.NUM_STEPS=30", "--gin.train.checkpoint_every=5")
-    straight = train_process(f"{gcs_bucket}/straight", corpus, *bindings)
+    steps_ = "--gin.NUM_STEPS=60"  # the straight run saves only at its end
+    straight = train_process(f"{gcs_bucket}/straight", corpus, steps_,
+                             "--gin.train.checkpoint_every=60")
     out, err = straight.communicate(timeout=900)
     assert straight.returncode == 0, err
 
-    workdir = f"{gcs_bucket}/stopped"
+    workdir, bindings = f"{gcs_bucket}/stopped", (steps_, "--gin.train.checkpoint_every=5")
     stopped = train_process(workdir, corpus, *bindings)
     deadline = time.time() + 600
-    while not (files.as_path(workdir) / "checkpoints" / "5").exists():
+    fifth = files.as_path(workdir) / "checkpoints" / "5"
+    while not fifth.exists():
         assert stopped.poll() is None and time.time() < deadline, stopped.communicate()
         time.sleep(0.5)
+        files.filesystem(fifth).invalidate_cache()  # gcsfs caches listings: look again
     stopped.send_signal(signal.SIGTERM)
     out, err = stopped.communicate(timeout=600)
     assert stopped.returncode == 0 and "stopped at step" in err, err
     resumed = train_process(workdir, corpus, *bindings)
     out, err = resumed.communicate(timeout=900)
     assert resumed.returncode == 0, err
-    assert steps(workdir) == list(range(1, 31))
-    ours, _ = final_params(workdir, 30)
-    theirs, _ = final_params(f"{gcs_bucket}/straight", 30)
+    assert steps(workdir) == list(range(1, 61))
+    ours, _ = final_params(workdir, 60)
+    theirs, _ = final_params(f"{gcs_bucket}/straight", 60)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
         np.testing.assert_array_equal(a, b)
