@@ -101,9 +101,11 @@ def main() -> None:
         raise gin_utils.ConfigError(
             "--gin_file is required: e.g. --gin_file=configs/experiments/bert_tiny_cpu.gin"
         )
-    with preemption.watch():  # from the first second: preparation can take minutes
-        distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes,
-                               FLAGS.process_id, auto=FLAGS.distributed)
+    # JAX's distributed client installs a SIGTERM handler of its own (its preemption notice),
+    # so the run's handlers go in after it, which keeps SIGTERM a stop at a saved step.
+    distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
+                           auto=FLAGS.distributed)
+    with preemption.watch():  # from here on: preparation can take minutes
         with lease.hold(workdir, FLAGS.lease_timeout):  # one run per workdir
             runner.announce_backend(PROGRAM)
             gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
