@@ -22,6 +22,7 @@ in the format the GLUE server reads (bertjax/finetune/official.py).
 
 import json
 import math
+import os
 import pathlib
 import sys
 import time
@@ -30,6 +31,7 @@ import gin
 import jax
 from absl import flags
 
+from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
 from bertjax.data.labelled import read_task
@@ -38,7 +40,7 @@ from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.pretrained import load_pretrained
 from bertjax.finetune.setup import setup_task
 from bertjax.finetune.task_record import write_task_record
-from bertjax.training import loop
+from bertjax.training import lease, loop, preemption
 from bertjax.training.evaluation import RESULTS
 from bertjax.training.experiment import Experiment
 from bertjax.training.optim import make_optimizer
@@ -70,8 +72,10 @@ def define_flags() -> None:
                        "--init is uncased; needed when its directory name says neither "
                        "uncased_ nor cased_.")
 
+    runner.define_lease_flag()
 
-def finetune(workdir: pathlib.Path, init: str, train_spec: str, eval_spec: str,
+
+def finetune(workdir: os.PathLike, init: str, train_spec: str, eval_spec: str,
              show_progress: bool = True, predict: tuple[str, ...] = (),
              lower_case: bool | None = None) -> tuple[loop.RunResult, dict]:
     """Run the recipe gin has parsed; (the run's result, eval_results.json's contents).
@@ -100,12 +104,12 @@ def finetune(workdir: pathlib.Path, init: str, train_spec: str, eval_spec: str,
         write_task_record(workdir, recipe, model, setup.labels)
         for path in official.write_submissions(workdir, unlabelled, setup, recipe.batch_size):
             print(f"{PROGRAM}: wrote {path}", file=sys.stderr, flush=True)
-    results_file = workdir / RESULTS
+    results_file = files.as_path(workdir) / RESULTS
     results = json.loads(results_file.read_text()) if results_file.is_file() else {}
     return result, results
 
 
-def summarize(result: loop.RunResult, results: dict, workdir: pathlib.Path,
+def summarize(result: loop.RunResult, results: dict, workdir: files.Path,
               seconds: float) -> str:
     """The lines a person reads at the end: the dev metrics of the best and last evaluation."""
     def scores(d: dict) -> str:
@@ -127,17 +131,18 @@ def main() -> None:
             raise gin_utils.ConfigError(
                 f"--{name} is required: {PROGRAM} --gin_file=configs/finetune/RECIPE.gin "
                 "--init=MODEL --train=FILE --eval=FILE --workdir=DIR")
-    runner.announce_backend(PROGRAM)
-    gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
-    start = time.perf_counter()
-    result, results = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress,
-                               tuple(FLAGS.predict), FLAGS.do_lower_case)
-    if jax.process_index() == 0 and result.step > result.start_step:
-        local = "," not in FLAGS.init and "://" not in FLAGS.init
-        init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init
-        (workdir / INIT_RECORD).write_text(init + "\n", encoding="utf-8")
-    runner.finish_run(PROGRAM, result, workdir,
-                      lambda: summarize(result, results, workdir, time.perf_counter() - start))
+    with preemption.watch(), lease.hold(workdir, FLAGS.lease_timeout):
+        runner.announce_backend(PROGRAM)
+        gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+        start = time.perf_counter()
+        result, results = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval,
+                                   FLAGS.progress, tuple(FLAGS.predict), FLAGS.do_lower_case)
+        if jax.process_index() == 0 and result.step > result.start_step:
+            local = "," not in FLAGS.init and not files.is_remote(FLAGS.init)
+            init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init
+            files.write_text(workdir / INIT_RECORD, init + "\n")
+        runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
+            result, results, workdir, time.perf_counter() - start))
 
 
 def run() -> None:

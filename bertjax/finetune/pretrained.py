@@ -10,12 +10,14 @@ its config and its tokenizer. The recipe's family must match, or one line says s
 
 import dataclasses
 import json
+import os
 import pathlib
 from typing import Any
 
 import flax.linen as nn
 import jax
 
+from bertjax import files
 from bertjax.convert import elmo_hdf5, google_bert, hf_bert, hf_gpt
 from bertjax.data.bpe import ByteLevelBPE
 from bertjax.data.elmo_vocab import ElmoVocabulary
@@ -51,7 +53,7 @@ def _bert_encoder_shapes(config: Any) -> Any:
     return {"bert": nn.unbox(jax.eval_shape(init)["params"])}
 
 
-def _from_workdir(path: pathlib.Path, family: str) -> Pretrained:
+def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
     found = workdir_lib.read_record(path)["family"]
     _check_family(found, family, path)
     if family == "bert":
@@ -133,6 +135,11 @@ def load_pretrained(init: str, family: str, lower_case: bool | None = None) -> P
     if "," in init:  # bilm-tf: OPTIONS.json,WEIGHTS.hdf5
         options, weights = (pathlib.Path(p.strip()) for p in init.split(",", 1))
         return _from_bilm_files(options, weights, family)
+    if files.is_remote(init):  # a bertjax workdir on object storage
+        if not (files.as_path(init) / workdir_lib.RECORD).is_file():
+            raise InitError(f"--init={init} has no {workdir_lib.RECORD}: pass the --workdir of a "
+                            "bertjax-train run that has started")
+        return _from_workdir(files.as_path(init), family)
     path = pathlib.Path(init)
     if not path.exists():
         raise InitError(f"--init={init} does not exist: pass a bertjax workdir, a Hugging Face "

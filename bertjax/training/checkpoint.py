@@ -13,7 +13,6 @@ import errno
 import logging
 import os
 import pathlib
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +21,7 @@ import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from bertjax.files import Path, absolute, as_path, is_remote
 from bertjax.training import workdir as workdir_lib
 
 ITEMS = ("state", "data")
@@ -98,7 +98,7 @@ class Checkpointer:
 
     def __init__(self, workdir: str | os.PathLike, keep: int = 3, async_save: bool = True,
                  create: bool = True):
-        self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
+        self.directory = absolute(workdir) / "checkpoints"  # local or gs:// (files.py)
         self.options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save
         )
@@ -129,7 +129,7 @@ class Checkpointer:
                     or any(sign in str(err) for sign in _FULL)):
                 raise
             for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
-                shutil.rmtree(partial, ignore_errors=True)
+                partial.rmtree(missing_ok=True)
             latest = self.manager.latest_step()
             kept = (f"checkpoint {latest} is intact and rerunning resumes from it"
                     if latest is not None else "no checkpoint was written")
@@ -140,8 +140,8 @@ class Checkpointer:
 
     def _checkpoint_bytes(self, state: Any) -> int:
         latest = self.manager.latest_step()
-        if latest is not None:
-            files = (self.directory / str(latest)).rglob("*")
+        if latest is not None and not is_remote(self.directory):
+            files = pathlib.Path(self.directory / str(latest)).rglob("*")
             return sum(f.stat().st_size for f in files if f.is_file())
         return sum(x.nbytes for x in jax.tree.leaves(state)) if state is not None else 0
 
@@ -235,9 +235,9 @@ def abstract_like(tree: Any, shardings: Any) -> Any:
     )
 
 
-def resolve(path: str | os.PathLike) -> tuple[pathlib.Path, int | None]:
+def resolve(path: str | os.PathLike) -> tuple[Path, int | None]:
     """(workdir, step or None for the newest) of WORKDIR, WORKDIR/checkpoints or .../STEP."""
-    path = pathlib.Path(path)
+    path = as_path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such workdir or checkpoint: pass the --workdir of a "
                               "bertjax run, or one of its checkpoints/STEP directories")
@@ -249,7 +249,7 @@ def resolve(path: str | os.PathLike) -> tuple[pathlib.Path, int | None]:
 
 
 def restore_params(path: str | os.PathLike, abstract_params: Any
-                   ) -> tuple[Any, pathlib.Path, int]:
+                   ) -> tuple[Any, Path, int]:
     """(params, workdir, step) of the newest readable (or the named) checkpoint under `path`.
 
     `abstract_params` gives the parameter tree to read and where to place it (its shardings);
@@ -276,7 +276,7 @@ def restore_params(path: str | os.PathLike, abstract_params: Any
 class TrainedModel:
     """A trained model read back for use: where from, its record and config, its params."""
 
-    workdir: pathlib.Path
+    workdir: Path
     step: int
     record: dict[str, Any]
     config: Any

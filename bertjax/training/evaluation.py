@@ -18,15 +18,13 @@ reads eval_results.json back and keeps improving on the same best.
 import dataclasses
 import json
 import os
-import pathlib
-import shutil
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
-from bertjax.files import atomic_file, write_text
+from bertjax.files import absolute, as_path, atomic_file, write_text
 
 RESULTS, PREDICTIONS, BEST = "eval_results.json", "predictions.jsonl", "best"
 
@@ -67,8 +65,8 @@ class Evaluator:
 class BestKeeper:
     """Tracks the best evaluation of a run in its workdir (process 0 writes)."""
 
-    def __init__(self, workdir: str | pathlib.Path, main_metric: str):
-        self.workdir, self.main_metric = pathlib.Path(workdir), main_metric
+    def __init__(self, workdir: str | os.PathLike, main_metric: str):
+        self.workdir, self.main_metric = as_path(workdir), main_metric
         path = self.workdir / RESULTS
         self.results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
@@ -97,7 +95,7 @@ class BestKeeper:
 
     def _save_params(self, params: Any) -> None:
         """Write the new best beside the old one, then swap: never a moment without a best."""
-        best, new, old = (self.workdir.absolute() / BEST / name for name in
+        best, new, old = (absolute(self.workdir) / BEST / name for name in
                           ("params", "params.new", "params.old"))
         with ocp.StandardCheckpointer() as checkpointer:
             checkpointer.save(new, params, force=True)
@@ -106,4 +104,4 @@ class BestKeeper:
         if best.exists():
             best.rename(old)
         new.rename(best)
-        shutil.rmtree(old, ignore_errors=True)
+        old.rmtree(missing_ok=True)
