@@ -253,7 +253,9 @@ def compile_and_measure(lowered: jax.stages.Lowered, accel: Accelerator) -> dict
         bytes_accessed=traffic,
         compute_seconds=flops / accel.peak_flops,
         memory_seconds=traffic / accel.hbm_bandwidth,
-        xla_seconds=cost.get("optimal_seconds"),
+        # The compiler's own estimate; it reports a negative time where it has no model of the
+        # chip (seen for TPU v5e), which is no estimate at all.
+        xla_seconds=cost["optimal_seconds"] if cost.get("optimal_seconds", -1) > 0 else None,
         compile_seconds=time.perf_counter() - start,
     )
 
