@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 
 def _fit(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], list[int] | None]:

@@ -19,7 +19,7 @@ features: the task model keeps a one-row stand-in (vocab_size 1, as bilm-tf's we
 and `with_pretrained_bilm` copies every other biLM parameter.
 
 Batch layout (T counts <S> and </S>: sentences are run as <S> w_1 .. w_n </S>, padded):
-    char_ids      int32 [B, T, C]  char CNN biLMs (bertjax.data.elmo_vocab.sentence_char_ids)
+    char_ids      int32 [B, T, C]  char CNN biLMs (bertjax.tokenizers.elmo_vocab.sentence_char_ids)
     token_ids     int32 [B, T]     word-encoder biLMs or a task word embedding (word_embed_dim)
     lengths       int32 [B]        n + 2
     *_b           the second sentence's char_ids_b / token_ids_b / lengths_b   (pair_* tasks)

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from bertjax.data.elmo_vocab import BOS, EOS, sentence_char_ids, tokenize
 from bertjax.finetune.elmo import (
     FROZEN,
     ElmoTaskSettings,
@@ -21,6 +20,7 @@ from bertjax.finetune.elmo import (
 from bertjax.finetune.pretrained import Pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import Arrays, SetupError, TaskSetup, label_index
+from bertjax.tokenizers.elmo_vocab import BOS, EOS, sentence_char_ids, tokenize
 
 TASKS = {"classification": "classify", "pair_classification": "pair_classify",
          "regression": "pair_regress", "tagging": "tag"}

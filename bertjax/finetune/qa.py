@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from bertjax.data.labelled import QaExample
-from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from bertjax.convert.hf_bert import load_hf_bert
-from bertjax.data.wordpiece import WordPieceVocabulary
 from bertjax.finetune.bert import (
     FeatureSpec,
     bert_finetuning,
@@ -20,6 +19,7 @@ from bertjax.finetune.bert import (
     with_pretrained_encoder,
 )
 from bertjax.models.bert import BertModel
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer

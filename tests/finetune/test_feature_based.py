@@ -14,8 +14,6 @@ import pytest
 
 from bertjax.convert.hf_bert import load_hf_bert
 from bertjax.data.arrays import ArraySource
-from bertjax.data.elmo_vocab import BOS, EOS, UNK, learn_vocabulary, tokenize
-from bertjax.data.wordpiece import WordPieceVocabulary, basic_tokenize
 from bertjax.finetune.bert import with_pretrained_encoder
 from bertjax.finetune.elmo import FROZEN as ELMO_FROZEN
 from bertjax.finetune.elmo import (
@@ -35,6 +33,8 @@ from bertjax.finetune.features import FROZEN as BERT_FROZEN
 from bertjax.layers.bilstm import BiLstmEncoder
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.models.elmo import abstract_params, elmo_config
+from bertjax.tokenizers.elmo_vocab import BOS, EOS, UNK, learn_vocabulary, tokenize
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary, basic_tokenize
 from bertjax.training.experiment import Experiment
 from bertjax.training.loop import build_trainer, run
 from bertjax.training.mesh import make_mesh

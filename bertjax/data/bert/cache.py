@@ -2,7 +2,7 @@
 
 Importing this module registers one seqio Task per settings entry (see `Settings`), so that
 
-    python -m seqio.scripts.cache_tasks_main --module_import=bertjax.data.pretraining_cache \\
+    python -m seqio.scripts.cache_tasks_main --module_import=bertjax.data.bert.cache \\
         --tasks=NAME --output_cache_dir=DIR \\
         --pipeline_options=--runner=DirectRunner,--bertjax_cache_settings=settings.json
 
@@ -44,9 +44,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from bertjax.data import pipeline
-from bertjax.data.masking import SpecialIds, continuation_mask
-from bertjax.data.pretraining import (
+from bertjax.data.bert import documents
+from bertjax.data.bert.instances import (
     Example,
     PretrainingConfig,
     StaticOrder,
@@ -54,8 +53,9 @@ from bertjax.data.pretraining import (
     assemble,
     feature_spec,
 )
+from bertjax.data.bert.masking import SpecialIds, continuation_mask
 from bertjax.data.source import DataError
-from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 SETTINGS_OPTION = "bertjax_cache_settings"  # the Beam pipeline option
 SETTINGS_ENV = "BERTJAX_CACHE_SETTINGS"
@@ -85,18 +85,8 @@ class Settings:
     whole_word_masking: bool = False
     tfds_data_dir: str | None = None  # where workers find a TFDS corpus; not in the name
 
-    @classmethod
-    def of_source(cls, source: pipeline.BertPretrainingSource, seq_length: int) -> Settings:
-        """The settings whose cache holds what `source` builds at `seq_length`."""
-        options = {k: v for k, v in source.options.items() if k != "masking"}
-        return cls(corpus=source.corpus_name, vocab=source.vocab_path,
-                   seq_length=seq_length, seed=source.seed, corpus_format=source.corpus_format,
-                   text_key=source.text_key, lower_case=source.lower_case,
-                   max_predictions_per_seq=source.config(seq_length).max_predictions_per_seq,
-                   **options)
-
     def config(self) -> PretrainingConfig:
-        predictions = self.max_predictions_per_seq or pipeline.default_max_predictions(
+        predictions = self.max_predictions_per_seq or documents.default_max_predictions(
             self.seq_length, self.masked_lm_prob)
         return PretrainingConfig(
             max_seq_length=self.seq_length, max_predictions_per_seq=predictions,
@@ -165,11 +155,11 @@ class _GroupWriter:
     def __init__(self, settings: Settings, group: int) -> None:
         self.settings, self.group = settings, group
         vocab = _local_vocab(settings.vocab, settings.lower_case)
-        documents = pipeline.read_group(settings.corpus, settings.corpus_format,
-                                        settings.text_key, settings.static_groups, group,
-                                        settings.tfds_data_dir)
+        texts = documents.read_group(settings.corpus, settings.corpus_format,
+                                     settings.text_key, settings.static_groups, group,
+                                     settings.tfds_data_dir)
         config = settings.config()
-        corpus = pipeline.tokenize_documents(documents, vocab)
+        corpus = documents.tokenize_documents(texts, vocab)
         continuation = continuation_mask(vocab.tokens) if config.whole_word_masking else None
         self.table = StaticTable(corpus, SpecialIds.from_vocabulary(vocab), config,
                                  settings.seed, continuation, numbers=[group])
@@ -227,7 +217,7 @@ def register(settings: Settings) -> seqio.Task:
     name = task_name(settings)
     vocab = _local_vocab(settings.vocab, settings.lower_case)
     features = {
-        key: seqio.Feature(vocab if key in pipeline.BertPretrainingSource.id_features
+        key: seqio.Feature(vocab if key in documents.ID_FEATURES
                            else seqio.PassThroughVocabulary(1), add_eos=False,
                            dtype=tf.as_dtype(dtype), rank=len(shape))
         for key, (shape, dtype) in feature_spec(settings.config()).items()
@@ -378,7 +368,7 @@ def _pipeline_options_class() -> type | None:
         @classmethod
         def _add_argparse_args(cls, parser: Any) -> None:
             parser.add_argument(f"--{SETTINGS_OPTION}", default=None,
-                                help="bertjax.data.pretraining_cache settings (JSON or path)")
+                                help="bertjax.data.bert.cache settings (JSON or path)")
 
     options._bertjax_cache_options = BertjaxCacheOptions  # a strong reference: kept alive
     return BertjaxCacheOptions

@@ -26,8 +26,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from bertjax.data.elmo_vocab import BOS, EOS, ElmoVocabulary, word_char_ids
 from bertjax.data.source import DataError
+from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, word_char_ids
 
 MODES = ("sentence", "stream")
 

@@ -35,8 +35,8 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from bertjax.data.masking import MaskedTokens, SpecialIds, mask_block
-from bertjax.data.nsp import Corpus, Instances, check_corpus, pack, plan_instances
+from bertjax.data.bert.masking import MaskedTokens, SpecialIds, mask_block
+from bertjax.data.bert.nsp import Corpus, Instances, check_corpus, pack, plan_instances
 
 # Stream tags: separate random numbers for each use of the seed.
 _EPOCH, _MASK, _STATIC_PASS, _STATIC_ORDER, _STATIC_MASK, _STATIC_ROW_ORDER = range(6)

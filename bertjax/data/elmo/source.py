@@ -4,7 +4,7 @@ What ELMo brings to the data-source base (`bertjax.data.source`): a word tokeniz
 "whitespace"), a frequency-ordered word vocabulary in bilm-tf's layout (elmo_vocab.txt, words
 seen >= `min_count` times), character ids of `max_chars` per token (`chars=False` leaves them
 out, for a word-encoder model), and the sentence or stream examples of
-`bertjax.data.elmo_tasks`. In stream mode a host's rows are its share of the global batch.
+`bertjax.data.elmo.examples`. In stream mode a host's rows are its share of the global batch.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from bertjax.data.elmo_tasks import (
+from bertjax.data.elmo.examples import (
     MODES,
     EncodedCorpus,
     SeqioWordVocabulary,
@@ -22,7 +22,8 @@ from bertjax.data.elmo_tasks import (
     iterate_sentences,
     iterate_stream,
 )
-from bertjax.data.elmo_vocab import (
+from bertjax.data.source import Example, FeatureSpec, Source
+from bertjax.tokenizers.elmo_vocab import (
     MAX_CHARS,
     TOKENIZERS,
     ElmoVocabulary,
@@ -30,7 +31,6 @@ from bertjax.data.elmo_vocab import (
     tokenize,
     write_vocab,
 )
-from bertjax.data.source import Example, FeatureSpec, Source
 
 
 class ElmoSource(Source):

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bertjax.data.masking import SpecialIds
+from bertjax.data.bert.masking import SpecialIds
 
 IS_NEXT = 0  # next_sentence_label values, as in google-research/bert
 RANDOM_NEXT = 1

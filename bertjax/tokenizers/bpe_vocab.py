@@ -15,7 +15,7 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from bertjax.data.bpe import ByteLevelBPE
+from bertjax.tokenizers.bpe import ByteLevelBPE
 
 
 class ByteLevelBPEVocabulary(seqio.Vocabulary):

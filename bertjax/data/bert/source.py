@@ -2,96 +2,43 @@
 
 What BERT brings to the data-source base (`bertjax.data.source`): a WordPiece vocabulary
 (vocab.txt, cased or uncased), tokenization of every sentence in a tf.data pipeline into one
-flat token array, and the examples of `bertjax.data.pretraining` (sentence pairs, masked),
+flat token array, and the examples of `bertjax.data.bert.instances` (sentence pairs, masked),
 built in blocks of hundreds by numpy and handed to tf.data as blocks. Host shards are blocks
 of the per-host batch, so a global batch is the same for any number of hosts.
 
 Static masking can read its examples from a seqio cache instead (`cache_dir`): the cache is
-written once by seqio's Beam pipeline (`bertjax.data.pretraining_cache`, DirectRunner or
+written once by seqio's Beam pipeline (`bertjax.data.bert.cache`, DirectRunner or
 Dataflow) and holds exactly the examples this source would build for the same settings;
 training from it needs the vocabulary but never reads or tokenizes the corpus.
 """
 
 from __future__ import annotations
 
-import math
 import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import numpy as np
-import tensorflow as tf
 
-from bertjax.data import corpora
-from bertjax.data.masking import SpecialIds, continuation_mask
-from bertjax.data.nsp import Corpus, check_corpus
-from bertjax.data.pretraining import (
+from bertjax.data.bert.documents import (
+    ID_FEATURES,
+    default_max_predictions,
+    group_bounds,
+    read_group,
+    tokenize_documents,
+)
+from bertjax.data.bert.instances import (
     PretrainingConfig,
     check_groups,
     feature_spec,
     iterate_blocks,
     make_stream,
 )
-from bertjax.data.source import DataError, Example, FeatureSpec, Source, load_documents
-from bertjax.data.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
-
-
-def default_max_predictions(seq_length: int, masked_lm_prob: float) -> int:
-    """The paper's caps: 20 predictions at length 128, 80 at 512 (rounded up to a multiple of 4)."""
-    return 4 * math.ceil(seq_length * masked_lm_prob / 4)
-
-
-def tokenize_documents(
-    documents: Sequence[Sequence[str]],
-    vocab: WordPieceVocabulary,
-    batch_size: int = 1024,
-    group_sizes: Sequence[int] | None = None,
-) -> Corpus:
-    """Token ids of every sentence, computed in a tf.data pipeline, as one flat Corpus."""
-    sentences = [s for doc in documents for s in doc]
-
-    def encode(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        ids = vocab.encode_tf(batch)  # [batch, (ids)]
-        return ids.flat_values, ids.row_lengths()
-
-    dataset = tf.data.Dataset.from_tensor_slices(tf.constant(sentences, tf.string))
-    dataset = dataset.batch(batch_size).map(encode, num_parallel_calls=tf.data.AUTOTUNE)
-    tokens, lengths = [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]
-    for flat, row_lengths in dataset.as_numpy_iterator():
-        tokens.append(flat.astype(np.int32))
-        lengths.append(row_lengths.astype(np.int64))
-    return Corpus.from_arrays(np.concatenate(tokens), np.concatenate(lengths),
-                              np.array([len(doc) for doc in documents], np.int64), group_sizes)
-
-
-def group_bounds(count: int, groups: int) -> list[int]:
-    """Group g of `count` documents is [bounds[g], bounds[g + 1]): contiguous, even shares."""
-    return [g * count // groups for g in range(groups + 1)]
-
-
-def read_group(corpus: str, corpus_format: str, text_key: str, groups: int, group: int,
-               data_dir: str | None = None) -> list[list[str]]:
-    """The documents of group `group` of `groups` of a corpus setting, read alone if it can be.
-
-    A TFDS corpus's group is a slice of its split's examples, read without the rest; other
-    corpora are read whole and sliced (their text is small next to its tokens).
-    """
-    if not corpus.startswith("tfds:"):
-        documents = load_documents(corpus, corpus_format, text_key)
-        bounds = group_bounds(len(documents), groups)
-        return documents[bounds[group]:bounds[group + 1]]
-    import tensorflow_datasets as tfds  # heavy: only for TFDS corpora
-
-    name, _, split = corpus[len("tfds:"):].partition(":")
-    split = split or "train"
-    if "[" in split:
-        raise corpora.CorpusError(f"corpus {corpus!r}: a static group reads a slice of the split "
-                                  "itself; name a whole split (e.g. 'train')")
-    count = tfds.builder(name, data_dir=data_dir).info.splits[split].num_examples
-    bounds = group_bounds(count, groups)
-    return list(corpora.tfds_documents(name, f"{split}[{bounds[group]}:{bounds[group + 1]}]",
-                                       text_key, data_dir))
+from bertjax.data.bert.masking import SpecialIds, continuation_mask
+from bertjax.data.bert.nsp import Corpus, check_corpus
+from bertjax.data.source import DataError, Example, FeatureSpec, Source
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
 
 
 class BertPretrainingSource(Source):
@@ -99,7 +46,7 @@ class BertPretrainingSource(Source):
 
     setting, task_prefix = "bert_pretraining_source", "pretrain"
     vocab_kind, vocab_files = "wordpiece", {"vocab": "vocab.txt"}
-    id_features = ("input_ids", "masked_lm_ids")
+    id_features = ID_FEATURES
 
     def __init__(
         self,
@@ -209,11 +156,24 @@ class BertPretrainingSource(Source):
     def feature_spec(self, seq_length: int, batch_size: int) -> FeatureSpec:
         return feature_spec(self.config(seq_length))
 
+    def cache_settings(self, seq_length: int, settings_class: type) -> Any:
+        """The cache settings (`bertjax.data.bert.cache.Settings`) whose cache holds what this
+        source builds at `seq_length`."""
+        options = {k: v for k, v in self.options.items() if k != "masking"}
+        return settings_class(corpus=self.corpus_name, vocab=self.vocab_path,
+                              seq_length=seq_length, seed=self.seed,
+                              corpus_format=self.corpus_format, text_key=self.text_key,
+                              lower_case=self.lower_case,
+                              max_predictions_per_seq=self.config(seq_length).max_predictions_per_seq,
+                              **options)
+
     def cache_task(self, seq_length: int) -> Any:
         """The seqio Task of this source's cache at `seq_length`; a one-line error if absent."""
-        from bertjax.data import pretraining_cache  # seqio caching: only with a cache_dir
+        from bertjax.data.bert import (
+            cache as pretraining_cache,  # seqio caching: only with a cache_dir
+        )
 
-        settings = pretraining_cache.Settings.of_source(self, seq_length)
+        settings = self.cache_settings(seq_length, pretraining_cache.Settings)
         return pretraining_cache.cached_task(settings, self.cache_dir, self.setting)
 
     def batches(self, start_index: int, seq_length: int, batch_size: int
@@ -227,7 +187,7 @@ class BertPretrainingSource(Source):
         """Host shards are blocks of `batch_size` examples (see `iterate_blocks`)."""
         config = self.config(seq_length)
         if self.cache_dir:
-            from bertjax.data import pretraining_cache
+            from bertjax.data.bert import cache as pretraining_cache
 
             stream = pretraining_cache.CachedStaticStream(
                 self.cache_task(seq_length), self.seed, config.static_groups,

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from bertjax.data.bpe import learn_bpe
-from bertjax.data.bpe_vocab import ByteLevelBPEVocabulary
 from bertjax.data.source import DataError, Example, FeatureSpec, Source
+from bertjax.tokenizers.bpe import learn_bpe
+from bertjax.tokenizers.bpe_vocab import ByteLevelBPEVocabulary
 
 LEARN_CHARS = 200_000_000  # vocabulary learning reads at most this much text
 
