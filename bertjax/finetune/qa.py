@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bertjax.data.labelled import QaExample
+from bertjax.finetune.examples import QaExample
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 

@@ -197,7 +197,7 @@ def classifier_run(bert_run, agnews_dir, tmp_path_factory):
 
 
 def test_fine_tuned_classifier_exports_with_its_labels(classifier_run, tmp_path):
-    from bertjax.finetune.bert import BertHead
+    from bertjax.finetune.heads.bert import BertHead
     from bertjax.training.workdir import model_config, read_record
 
     out = exported(classifier_run, tmp_path / "hf")

@@ -11,10 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax.data.arrays import ArraySource
-from bertjax.data.labelled import TaggedSentence, TextExample
-from bertjax.data.length_buckets import LengthBuckets, row_lengths
+from bertjax.finetune.arrays import ArraySource
 from bertjax.finetune.evaluate import predict_batched
+from bertjax.finetune.examples import TaggedSentence, TextExample
+from bertjax.finetune.length_buckets import LengthBuckets, row_lengths
 from bertjax.finetune.pretrained import load_pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import setup_task

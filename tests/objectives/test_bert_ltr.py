@@ -9,7 +9,7 @@ import optax
 from bertjax.data.bert.instances import PretrainingConfig, iterate_examples
 from bertjax.data.bert.masking import SpecialIds
 from bertjax.data.bert.nsp import Corpus
-from bertjax.finetune.bert import BertHead
+from bertjax.finetune.heads.bert import BertHead
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.objectives.pretraining import bert_ltr_pretraining, next_token_positions
 

@@ -16,7 +16,23 @@ from typing import Any
 
 from absl import logging
 
-from bertjax.data.labelled import QaExample, TaskDataError
+from bertjax.finetune.examples import QaExample, Reading, TaskDataError
+
+
+def read_file(path: pathlib.Path, text: str, reading: Reading, *,
+              text_columns: Sequence[str] | None, label_column: str | None,
+              training: bool) -> list[QaExample]:
+    """The questions of a SQuAD file (the columns settings do not apply)."""
+    del reading, text_columns, label_column
+    return read_squad(path, text, training)
+
+
+def from_tfds(where: str, rows: Sequence[Mapping[str, Any]], reading: Reading, *,
+              text_columns: Sequence[str] | None, label_column: str | None,
+              training: bool) -> list[QaExample]:
+    """The questions of decoded TFDS squad rows."""
+    del reading, text_columns, label_column
+    return qa_examples(where, tfds_questions(rows), training)
 
 
 def read_squad(path: pathlib.Path, text: str, training: bool) -> list[QaExample]:

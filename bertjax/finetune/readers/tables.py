@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bertjax.data.labelled import ChoiceExample, TaskDataError, TextExample
+from bertjax.finetune.examples import ChoiceExample, Reading, TaskDataError, TextExample
 
 SINGLE_TEXT_COLUMNS = ("sentence", "text", "content", "review")  # SST-2, CoLA; AG News, IMDB
 PAIR_TEXT_COLUMNS = (
@@ -50,25 +50,46 @@ _ENDING = re.compile(r"ending(\d+)")
 Row = Mapping[str, Any]
 
 
-def read_table(
+def read_file(
     path: pathlib.Path,
     text: str,
-    task_type: str,
+    reading: Reading,
+    *,
     text_columns: Sequence[str] | None,
     label_column: str | None,
+    training: bool,
 ) -> list[TextExample] | list[ChoiceExample]:
     """Text or choice examples of a table file's rows (its text already read)."""
+    del training  # every row is kept
     columns, rows = table_rows(path, text)
     if not rows:
         return []
-    return examples_from_rows(str(path), columns, rows, task_type, text_columns, label_column)
+    return examples_from_rows(str(path), columns, rows, reading, text_columns, label_column)
+
+
+def from_tfds(
+    where: str,
+    rows: Sequence[Row],
+    reading: Reading,
+    *,
+    text_columns: Sequence[str] | None,
+    label_column: str | None,
+    training: bool,
+) -> list[TextExample] | list[ChoiceExample]:
+    """Examples of decoded TFDS rows (their features are the columns); TFDS's -1 label of an
+    unlabelled test example reads as None."""
+    del training
+    if not rows:
+        return []
+    return examples_from_rows(where, list(rows[0]), [(f"#{i}", r) for i, r in enumerate(rows)],
+                              reading, text_columns, label_column, unlabelled_ok=True)
 
 
 def examples_from_rows(
     where: str,
     columns: Sequence[str],
     rows: Sequence[tuple[int | str, Row]],
-    task_type: str,
+    reading: Reading,
     text_columns: Sequence[str] | None,
     label_column: str | None,
     unlabelled_ok: bool = False,
@@ -79,11 +100,11 @@ def examples_from_rows(
     """
     id_column = next((c for c in ID_COLUMNS if c in columns), None)
     label = _label_column(where, columns, label_column)
-    if task_type == "multiple_choice":
+    if reading.choices:
         layout = _choice_layout(where, columns, text_columns)
         return [_choice_example(where, line, row, layout, label, unlabelled_ok,
                                 _id(row, id_column, i)) for i, (line, row) in enumerate(rows)]
-    texts = _text_columns(where, columns, task_type, text_columns)
+    texts = _text_columns(where, columns, reading, text_columns)
     if label in texts:
         raise TaskDataError(f"{where}: column {label!r} is both a text and the label; fix "
                             f"{TEXT_SETTING} or {LABEL_SETTING}")
@@ -91,7 +112,7 @@ def examples_from_rows(
         TextExample(
             id=_id(row, id_column, i),
             texts=tuple(_text(where, line, row, c) for c in texts),
-            label=None if label is None else _label(where, line, row, label, task_type,
+            label=None if label is None else _label(where, line, row, label, reading,
                                                     unlabelled_ok),
         )
         for i, (line, row) in enumerate(rows)
@@ -162,10 +183,9 @@ def _json_lines(path: pathlib.Path, text: str) -> tuple[list[str], list[tuple[in
 
 
 def _text_columns(
-    where: str, columns: Sequence[str], task_type: str, configured: Sequence[str] | None
+    where: str, columns: Sequence[str], reading: Reading, configured: Sequence[str] | None
 ) -> tuple[str, ...]:
-    counts = {"classification": (1,), "pair_classification": (2,), "regression": (1, 2)}
-    allowed = counts[task_type]
+    allowed, task_type = reading.text_counts, reading.task
     if configured:
         _require(where, columns, configured, TEXT_SETTING)
         if len(configured) not in allowed:
@@ -265,20 +285,20 @@ def _text(where: str, line: int | str, row: Row, column: str) -> str:
 
 
 def _label(
-    where: str, line: int | str, row: Row, column: str, task_type: str, unlabelled_ok: bool
+    where: str, line: int | str, row: Row, column: str, reading: Reading, unlabelled_ok: bool
 ) -> str | float | None:
     value = row.get(column)
     if value is None and unlabelled_ok:
         return None
     if value is None or value == "":
         raise _no_label(where, line, column)
-    if task_type != "regression":
+    if not reading.numeric_label:
         return value if isinstance(value, str) else json.dumps(value)
     try:
         return float(value)
     except (TypeError, ValueError):
         raise TaskDataError(f"{where}:{line}: label {value!r} in column {column!r} is not a "
-                            f"number, as regression needs; fix that line or {LABEL_SETTING}"
+                            f"number, as {reading.task} needs; fix that line or {LABEL_SETTING}"
                             ) from None
 
 

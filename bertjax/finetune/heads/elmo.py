@@ -2,7 +2,9 @@
 
     h_0..h_L = frozen biLM(sentence)                       K = L + 1 layers [B, T, 2P]
     ELMo_k   = dropout(gamma * sum_j softmax(s)_j h_j)     a ScalarMix (or h_L: top_layer_only)
-    x_k      = [word_embedding(w_k); ELMo_k]               the word embedding is optional
+    x_k      = [word_embedding(w_k); ELMo_k]               the paper's [x_k; ELMo_k]: a
+                                                           trainable embedding of the task's
+                                                           words (word_embed_dim; 0 for none)
     h_k      = BiLSTM(x)_k                                 [B, T, 2H]
     h_k      = [h_k; ELMo'_k]                              placement "input_output" only: a
                                                            second, separate mix
@@ -20,9 +22,12 @@ and `with_pretrained_bilm` copies every other biLM parameter.
 
 Batch layout (T counts <S> and </S>: sentences are run as <S> w_1 .. w_n </S>, padded):
     char_ids      int32 [B, T, C]  char CNN biLMs (bertjax.tokenizers.elmo_vocab.sentence_char_ids)
-    token_ids     int32 [B, T]     word-encoder biLMs or a task word embedding (word_embed_dim)
+    token_ids     int32 [B, T]     word-encoder biLMs: ids of the biLM's vocabulary
+    word_ids      int32 [B, T]     the task's word embedding (word_embed_dim): ids of the task's
+                                   own vocabulary (word_vocab_size rows)
     lengths       int32 [B]        n + 2
-    *_b           the second sentence's char_ids_b / token_ids_b / lengths_b   (pair_* tasks)
+    *_b           the second sentence's char_ids_b / token_ids_b / word_ids_b / lengths_b
+                                   (pair_* tasks)
     label         int32 [B]        classify, pair_classify;  float32 [B]: regress, pair_regress
     labels        int32 [B, T]     tag, with label_weights float32 [B, T] (0 on <S>, </S>,
                                    padding and any token left out of the loss)
@@ -36,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.finetune.bert import head_loss
+from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES, Output
 from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix, scalar_mix_penalty
@@ -46,7 +51,11 @@ from bertjax.objectives.objective import Objective
 
 Array = jax.Array
 FROZEN = ("bilm",)  # make_optimizer(frozen=FROZEN)
-TASKS = ("classify", "pair_classify", "regress", "pair_regress", "tag")
+# task model: what it outputs (pair_*: two sentences, each through the BiLSTM). The names
+# are the objectives' ("elmo_classify", ...) that workdirs record.
+TASK_OUTPUTS: dict[str, Output] = {"classify": CLASSES, "pair_classify": CLASSES,
+                                   "regress": SCORE, "pair_regress": SCORE, "tag": WORD_CLASSES}
+TASKS = tuple(TASK_OUTPUTS)
 PLACEMENTS = ("input", "input_output")
 MIXES = ("input_mix", "output_mix")  # parameter names of the ScalarMixes
 
@@ -60,8 +69,8 @@ class ElmoTaskSettings:
     l2_coef: float = 0.001  # lambda on ||s||^2; the paper compares 1 and 0.001
     layer_norm: bool = False  # normalise each biLM layer before mixing (section 3.2)
     elmo_dropout: float = 0.5  # on ELMo_k, wherever it is placed
-    word_embed_dim: int = 0  # trainable context-independent word vectors; 0 for none
-    word_vocab_size: int | None = None  # rows of that table; None: the biLM's vocab_size
+    word_embed_dim: int = 0  # trainable context-independent word vectors x_k; 0 for none
+    word_vocab_size: int = 0  # rows of that table: the task's vocabulary (word_ids)
     hidden_size: int = 256  # task BiLSTM units per direction
     num_layers: int = 1  # task BiLSTM layers
     dropout_rate: float = 0.2  # between BiLSTM layers and before the head
@@ -70,6 +79,9 @@ class ElmoTaskSettings:
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown ELMo placement {self.placement!r}: set "
                              f"ElmoTaskSettings.placement to one of {', '.join(PLACEMENTS)}")
+        if self.word_embed_dim and self.word_vocab_size < 1:
+            raise ValueError("a task word embedding (word_embed_dim) needs word_vocab_size, "
+                             "the size of the task's word vocabulary")
 
 
 def task_bilm_config(config: ElmoConfig) -> ElmoConfig:
@@ -123,14 +135,15 @@ class ElmoTaskModel(nn.Module):
         return self.elmo_dropout(e_BxTxD, deterministic=deterministic)
 
     def encode(self, token_ids_BxT: Array | None, char_ids_BxTxC: Array | None,
-               lengths_B: Array, deterministic: bool) -> tuple[Array, Array]:
+               word_ids_BxT: Array | None, lengths_B: Array, deterministic: bool
+               ) -> tuple[Array, Array]:
         """Task features [B, T, D] of one sentence per row, and its [B, T] token mask."""
         bilm_out = self.bilm(token_ids_BxT, char_ids_BxTxC, lengths_B, True)
         layers_KxBxTxD = layer_representations(bilm_out)
         mask_BxT = length_mask(lengths_B, layers_KxBxTxD.shape[2])
         x_BxTxF = self.elmo("input_mix", layers_KxBxTxD, mask_BxT, deterministic)
         if self.settings.word_embed_dim:
-            w_BxTxW = self.word_embed(token_ids_BxT)
+            w_BxTxW = self.word_embed(word_ids_BxT)
             x_BxTxF = jnp.concatenate([w_BxTxW, x_BxTxF], axis=-1)
         h_BxTxD = self.encoder(x_BxTxF, lengths_B, deterministic)
         if self.settings.placement == "input_output":
@@ -141,13 +154,14 @@ class ElmoTaskModel(nn.Module):
     def __call__(self, batch: dict[str, Array], deterministic: bool = True) -> Array:
         """Logits [B, num_labels] (classify), [B, T, num_labels] (tag) or scores [B] (regress)."""
         h_BxTxD, mask_BxT = self.encode(batch.get("token_ids"), batch.get("char_ids"),
-                                        batch["lengths"], deterministic)
+                                        batch.get("word_ids"), batch["lengths"], deterministic)
         if self.task == "tag":
             return self.head(self.dropout(h_BxTxD, deterministic=deterministic))
         u_BxD = max_pool(h_BxTxD, mask_BxT)
         if self.task.startswith("pair_"):
             v_BxD = max_pool(*self.encode(batch.get("token_ids_b"), batch.get("char_ids_b"),
-                                          batch["lengths_b"], deterministic))
+                                          batch.get("word_ids_b"), batch["lengths_b"],
+                                          deterministic))
             u_BxD = jnp.concatenate([u_BxD, v_BxD, jnp.abs(u_BxD - v_BxD), u_BxD * v_BxD], -1)
         out = self.head(self.dropout(u_BxD, deterministic=deterministic))
         return out[:, 0] if self.task.endswith("regress") else out
@@ -171,13 +185,6 @@ def mix_weights(params: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
-def task_loss(task: str, outputs: Array, batch: dict[str, Array]) -> tuple[Array, dict]:
-    """The head's loss and metrics: cross-entropy (+ accuracy) or squared error (+ mse)."""
-    if task.endswith("regress"):
-        err_B = outputs.astype(jnp.float32) - batch["label"].astype(jnp.float32)
-        mse = jnp.mean(jnp.square(err_B))
-        return mse, {"loss": mse, "mse": mse}
-    return head_loss("tag" if task == "tag" else "classify", outputs, batch)
 
 
 def _example_batch_fn(config: ElmoConfig, task: str, settings: ElmoTaskSettings) -> Any:
@@ -186,17 +193,14 @@ def _example_batch_fn(config: ElmoConfig, task: str, settings: ElmoTaskSettings)
         sentence = {"lengths": np.full((B,), T, np.int32)}
         if config.token_encoder == "char_cnn":
             sentence["char_ids"] = np.zeros((B, T, config.max_chars), np.int32)
-        if config.token_encoder == "word" or settings.word_embed_dim:
+        if config.token_encoder == "word":
             sentence["token_ids"] = np.zeros((B, T), np.int32)
+        if settings.word_embed_dim:
+            sentence["word_ids"] = np.zeros((B, T), np.int32)
         batch = dict(sentence)
         if task.startswith("pair_"):
             batch.update({f"{k}_b": v for k, v in sentence.items()})
-        if task == "tag":
-            batch["labels"] = np.zeros((B, T), np.int32)
-            batch["label_weights"] = np.zeros((B, T), np.float32)
-        else:
-            batch["label"] = np.zeros((B,), np.float32 if task.endswith("regress") else np.int32)
-        return batch
+        return {**batch, **TASK_OUTPUTS[task].example_targets(B, T)}
 
     return example_batch
 
@@ -217,8 +221,6 @@ def elmo_task_objective(
     if task.endswith("regress") and num_labels != 1:
         raise ValueError(f"a regression task has one output, not num_labels={num_labels}: "
                          "set num_labels=1")
-    if settings.word_embed_dim and settings.word_vocab_size is None:  # the biLM's words
-        settings = dataclasses.replace(settings, word_vocab_size=elmo_config.vocab_size)
     config = task_bilm_config(elmo_config)
     model = ElmoTaskModel(config, task, num_labels, settings)
 
@@ -229,14 +231,15 @@ def elmo_task_objective(
         params = {**params, "bilm": jax.lax.stop_gradient(params["bilm"])}
         outputs = model.apply({"params": params}, batch, rng is None,
                               rngs=None if rng is None else {"dropout": rng})
-        loss, metrics = task_loss(task, outputs, batch)
+        loss, metrics = TASK_OUTPUTS[task].loss(outputs, batch)
         penalty = mix_penalty(params, settings.l2_coef)
         return loss + penalty, {**metrics, "loss": loss + penalty, "task_loss": loss,
                                 "mix_penalty": penalty}
 
-    metric = ("mse", "mse") if task.endswith("regress") else ("accuracy", "acc")
+    metric = TASK_OUTPUTS[task].metric
+    progress = (("loss", "loss"), (metric, metric[:3]))
     return Objective(f"elmo_{task}", "elmo", config, model, init_variables, loss_fn,
-                     _example_batch_fn(config, task, settings), (("loss", "loss"), metric))
+                     _example_batch_fn(config, task, settings), progress)
 
 
 def with_pretrained_bilm(params: Any, bilm_params: Any) -> Any:

@@ -4,6 +4,11 @@
     token tagging:                   W dropout(h_i) for every token       -> [B, L, num_labels]
     extractive QA:                   (S . h_i, E . h_i) start/end logits  -> [B, L] each
 
+Extractive QA reads the final hidden states without dropout, as google-research/bert's
+run_squad.py does. The tagging head keeps dropout before its classifier: google-research/bert
+publishes no tagging head, and transformers' BertForTokenClassification (the class bertjax
+exports tagging heads to) applies it there, as it does before every sentence classifier.
+
 With `bilstm=H` (Table 5's "+ BiLSTM", `finetune.bilstm`) a randomly initialised BiLSTM (H per
 direction) reads the encoder's sequence output first; the sentence heads then read its
 max-pool over the real tokens instead of the pooled [CLS].
@@ -13,16 +18,14 @@ so pretrained weights (a bertjax checkpoint or a Hugging Face one, see convert/h
 load by replacing `params["bert"]`.
 """
 
-import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
+from bertjax.finetune.outputs import CHOICE, CLASSES, SCORE, SPANS, WORD_CLASSES, Output
 from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
 from bertjax.models.bert import BertConfig, BertModel
@@ -43,7 +46,11 @@ def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
     )
 
 
-KINDS = ("classify", "regress", "choice", "tag", "span")
+# head kind: what it outputs (bertjax.finetune.outputs). The kinds name the objectives
+# ("bert_classify", ...) that workdirs record and bertjax-export reads.
+KIND_OUTPUTS: dict[str, Output] = {"classify": CLASSES, "regress": SCORE, "choice": CHOICE,
+                                   "tag": WORD_CLASSES, "span": SPANS}
+KINDS = tuple(KIND_OUTPUTS)
 
 
 class BertHead(nn.Module):
@@ -82,8 +89,9 @@ class BertHead(nn.Module):
             features = self.num_labels if self.kind == "classify" else 1
             logits = _classifier(features, self.config, "classifier")(pooled_BxE)
             return logits.reshape(shape[:-1]) if self.kind == "choice" else logits
-        seq_BxLxE = dropout(outputs["sequence_output"], deterministic=deterministic)
+        seq_BxLxE = outputs["sequence_output"]
         if self.kind == "tag":
+            seq_BxLxE = dropout(seq_BxLxE, deterministic=deterministic)
             return _classifier(self.num_labels, self.config, "classifier")(seq_BxLxE)
         if self.kind == "span":
             logits_BxLx2 = _classifier(2, self.config, "span")(seq_BxLxE)
@@ -104,58 +112,11 @@ class BertHead(nn.Module):
         return {"sequence_output": seq_BxLx2H, "pooled_output": pooled_Bx2H}
 
 
-def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
-    """Weighted mean cross-entropy and accuracy, in float32."""
-    logits = logits.astype(jnp.float32)
-    weights = jnp.ones(labels.shape, jnp.float32) if weights is None else weights
-    denom = jnp.maximum(weights.sum(), 1e-6)
-    loss = (optax.softmax_cross_entropy_with_integer_labels(logits, labels) * weights).sum()
-    accuracy = ((logits.argmax(-1) == labels) * weights).sum()
-    return loss / denom, accuracy / denom
-
-
-def head_loss(kind: str, outputs: Array, batch: dict[str, Array]) -> tuple[Array, dict]:
-    """Loss and accuracy of a head's outputs against the batch's labels.
-
-    classify, choice: `label` [B];  regress: `label` [B] float (squared error);  tag: `labels`
-    [B, L] with `label_weights` (0 for padding and ignored sub-words);  span: `start_position`,
-    `end_position` [B] (mean of the two losses).
-    """
-    if kind in ("classify", "choice"):
-        loss, acc = _xent(outputs, batch["label"])
-        return loss, {"loss": loss, "accuracy": acc}
-    if kind == "regress":
-        loss = jnp.mean((outputs[:, 0].astype(jnp.float32) - batch["label"]) ** 2)
-        return loss, {"loss": loss, "mse": loss}
-    if kind == "tag":
-        loss, acc = _xent(outputs, batch["labels"], batch["label_weights"].astype(jnp.float32))
-        return loss, {"loss": loss, "accuracy": acc}
-    start_loss, start_acc = _xent(outputs[..., 0], batch["start_position"])
-    end_loss, end_acc = _xent(outputs[..., 1], batch["end_position"])
-    loss = 0.5 * (start_loss + end_loss)
-    return loss, {"loss": loss, "start_accuracy": start_acc, "end_accuracy": end_acc}
-
-
-def _label_shapes(kind: str, batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
-    if kind in ("classify", "choice"):
-        return {"label": np.zeros((batch_size,), np.int32)}
-    if kind == "regress":
-        return {"label": np.zeros((batch_size,), np.float32)}
-    if kind == "tag":
-        return {
-            "labels": np.zeros((batch_size, seq_length), np.int32),
-            "label_weights": np.zeros((batch_size, seq_length), np.float32),
-        }
-    return {
-        "start_position": np.zeros((batch_size,), np.int32),
-        "end_position": np.zeros((batch_size,), np.int32),
-    }
-
-
 def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
                     num_choices: int = 4, bilstm: int = 0) -> Objective:
     """The head's objective for the shared training loop: init, loss and batch shapes."""
     model = BertHead(config, kind, num_labels, bilstm)
+    output = KIND_OUTPUTS[kind]
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
 
@@ -168,16 +129,15 @@ def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
             deterministic=rng is None,
             rngs=None if rng is None else {"dropout": rng},
         )
-        return head_loss(kind, outputs, batch)
+        return output.loss(outputs, batch)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         rows = (batch_size, num_choices) if kind == "choice" else (batch_size,)
         ints = np.zeros((*rows, seq_length), np.int32)
         inputs = {"input_ids": ints, "segment_ids": ints, "input_mask": ints}
-        return {**inputs, **_label_shapes(kind, batch_size, seq_length)}
+        return {**inputs, **output.example_targets(batch_size, seq_length)}
 
-    metric = {"span": "start_accuracy", "regress": "mse"}.get(kind, "accuracy")
-    progress = (("loss", "loss"), (metric, "acc"))
+    progress = (("loss", "loss"), (output.metric, "acc"))
     return Objective(f"bert_{kind}", "bert", config, model, init_variables, loss_fn,
                      example_batch, progress)
 
@@ -201,47 +161,3 @@ def with_pretrained_encoder(params: Any, encoder_params: Any) -> Any:
         params["bert"],
     )
     return {**params, "bert": placed}
-
-
-def best_spans(
-    start_logits_BxL: np.ndarray, end_logits_BxL: np.ndarray, max_answer_length: int = 30
-) -> np.ndarray:
-    """[B, 2] (start, end) maximizing start + end logits with start <= end < start + max."""
-    start, end = np.asarray(start_logits_BxL), np.asarray(end_logits_BxL)
-    length = start.shape[1]
-    i, j = np.meshgrid(np.arange(length), np.arange(length), indexing="ij")
-    allowed_LxL = (j >= i) & (j - i < max_answer_length)
-    scores_BxLxL = np.where(allowed_LxL, start[:, :, None] + end[:, None, :], -np.inf)
-    flat = scores_BxLxL.reshape(len(start), -1).argmax(-1)
-    return np.stack(np.unravel_index(flat, (length, length)), axis=-1)
-
-
-@dataclasses.dataclass(frozen=True)
-class FeatureSpec:
-    """Which encoder layers to read and how to combine them (the paper's feature-based study)."""
-
-    layers: tuple[int, ...] = (-4, -3, -2, -1)  # indices into the num_layers + 1 hidden states
-    combine: str = "concat"  # concat | sum | mean
-
-
-def extract_features(
-    apply_fn: Callable,
-    params: Any,
-    input_ids: Array,
-    segment_ids: Array,
-    input_mask: Array,
-    spec: FeatureSpec = FeatureSpec(),
-) -> Array:
-    """Contextual token features from a BertModel, e.g. concat of the last four layers.
-
-    `apply_fn` is `BertModel(config).apply`; `params` its parameters (no dropout).
-    """
-    outputs = apply_fn({"params": params}, input_ids, segment_ids, input_mask)
-    chosen = [outputs["hidden_states"][i] for i in spec.layers]
-    if spec.combine == "concat":
-        return jnp.concatenate(chosen, axis=-1)
-    if spec.combine == "sum":
-        return sum(chosen)
-    if spec.combine == "mean":
-        return sum(chosen) / len(chosen)
-    raise ValueError(f"unknown combine {spec.combine!r}: use concat, sum or mean")

@@ -1,4 +1,4 @@
-"""Prepared TFDS datasets as task examples: the "tfds:NAME[:SPLIT]" specs of `read_task`.
+"""Prepared TFDS datasets as task examples: the "tfds:NAME[:SPLIT]" specs of `readers.read`.
 
 The feature names of the builders mapped here (tensorflow_datasets 4.9: its catalog pages and
 the builders' FeaturesDict):
@@ -14,9 +14,10 @@ the builders' FeaturesDict):
 TFDS has no SWAG builder; hellaswag, SWAG's successor, is the multiple-choice one. Examples are
 decoded to python (bytes to str, ClassLabel ints to their names, -1, TFDS's mark of an
 unlabelled test example, to None) and then go through the same column detection (tables.py),
-answer checks (squad.py) and example types as files, so a dataset read from TFDS and from its
-files gives the same examples. (GLUE's stsb test split keeps TFDS's -1.0 placeholder scores.)
-Datasets are never downloaded here: prepare them first with `tfds build` or a shared data_dir.
+answer checks (squad.py), tag features (conll.py) and example types as files, so a dataset
+read from TFDS and from its files gives the same examples. (GLUE's stsb test split keeps
+TFDS's -1.0 placeholder scores.) Datasets are never downloaded here: prepare them first with
+`tfds build` or a shared data_dir.
 """
 
 from __future__ import annotations
@@ -26,11 +27,8 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from bertjax.data import squad, tables
-from bertjax.data.labelled import Example, TaggedSentence, TaskDataError
-
-TOKEN_FEATURES = ("tokens", "words")
-TAG_FEATURES = ("ner", "ner_tags", "tags")
+from bertjax.finetune.examples import Example, Reading, TaskDataError
+from bertjax.finetune.readers.formats import reader
 
 
 def parse_spec(spec: str) -> tuple[str, str | None]:
@@ -43,7 +41,7 @@ def parse_spec(spec: str) -> tuple[str, str | None]:
 
 def read_tfds(
     spec: str,
-    task_type: str,
+    reading: Reading,
     *,
     text_columns: Sequence[str] | None = None,
     label_column: str | None = None,
@@ -65,7 +63,7 @@ def read_tfds(
                             f"({reason}); fix the spec, or prepare it with `tfds build {name}`"
                             ) from None
     examples = examples_from_tfds(
-        tfds.as_numpy(dataset), task_type, class_names(info.features),
+        tfds.as_numpy(dataset), reading, class_names(info.features),
         where=f"tfds:{name}:{split}", text_columns=text_columns, label_column=label_column,
         training=split.startswith("train"),
     )
@@ -119,7 +117,7 @@ def _decode(value: Any, names: Sequence[str] | None) -> Any:
 
 def examples_from_tfds(
     examples: Iterable[Mapping[str, Any]],
-    task_type: str,
+    reading: Reading,
     names: Mapping[str, Sequence[str]],
     *,
     where: str,
@@ -127,51 +125,11 @@ def examples_from_tfds(
     label_column: str | None = None,
     training: bool = False,
 ) -> list[Example]:
-    """Task examples of TFDS numpy examples (as `tfds.as_numpy` yields them).
+    """Task examples of TFDS numpy examples (as `tfds.as_numpy` yields them), read by the
+    format reader of `reading`.
 
     names: class names of the ClassLabel features (`class_names(info.features)`).
     """
     rows = [decode_example(example, names) for example in examples]
-    if task_type == "qa":
-        return squad.qa_examples(where, squad.tfds_questions(rows), training)
-    if task_type == "tagging":
-        return _tagged_sentences(where, rows, text_columns, label_column)
-    if not rows:
-        return []
-    return tables.examples_from_rows(where, list(rows[0]), [(f"#{i}", r) for i, r in
-                                                            enumerate(rows)],
-                                     task_type, text_columns, label_column, unlabelled_ok=True)
-
-
-def _tagged_sentences(
-    where: str,
-    rows: Sequence[Mapping[str, Any]],
-    text_columns: Sequence[str] | None,
-    label_column: str | None,
-) -> list[TaggedSentence]:
-    if not rows:
-        return []
-    features = list(rows[0])
-    token_key = _feature(where, features, text_columns[0] if text_columns else None,
-                         TOKEN_FEATURES, tables.TEXT_SETTING)
-    tag_key = _feature(where, features, label_column, TAG_FEATURES, tables.LABEL_SETTING)
-    sentences = []
-    for i, row in enumerate(rows):
-        tokens, tags = row[token_key], row[tag_key]
-        if len(tokens) != len(tags):
-            raise TaskDataError(f"{where}:#{i}: {len(tokens)} tokens but {len(tags)} "
-                                f"{tag_key!r} tags; fix {tables.LABEL_SETTING}")
-        sentences.append(TaggedSentence(str(i), tuple(tokens), tuple(tags)))
-    return sentences
-
-
-def _feature(
-    where: str, features: Sequence[str], configured: str | None, known: Sequence[str],
-    setting: str,
-) -> str:
-    candidates = [configured] if configured else list(known)
-    found = [f for f in candidates if f in features]
-    if len(found) == 1:
-        return found[0]
-    raise TaskDataError(f"{where}: not one feature of {candidates} among the features "
-                        f"{list(features)}; set {setting}")
+    return reader(reading).from_tfds(where, rows, reading, text_columns=text_columns,
+                                     label_column=label_column, training=training)

@@ -16,13 +16,15 @@ on its first WordPiece and the other pieces get weight 0 in the loss. The featur
     sum_all           ScalarMix of every Transformer layer (1 .. num_layers, not layer 0)
 
 BERT's parameters sit under the top-level key "bert" (as for every BERT head, so
-`bertjax.finetune.bert.with_pretrained_encoder` loads them); the loss stops their gradients,
+`bertjax.finetune.heads.bert.with_pretrained_encoder` loads them); the loss stops their gradients,
 BERT runs without dropout, and the optimizer must freeze them: `make_optimizer(frozen=FROZEN)`.
 
 Batch: input_ids, segment_ids, input_mask int32 [B, L]; labels int32 [B, L]; label_weights
 float32 [B, L] (1 on the first WordPiece of each labelled word, else 0).
 """
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -30,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bertjax.finetune.bert import head_loss
+from bertjax.finetune.outputs import WORD_CLASSES
 from bertjax.layers.bilstm import BiLstmEncoder
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix
@@ -123,13 +125,44 @@ def bert_feature_objective(
         logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
                              batch["input_mask"], deterministic=rng is None,
                              rngs=None if rng is None else {"dropout": rng})
-        return head_loss("tag", logits, batch)
+        return WORD_CLASSES.loss(logits, batch)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         ints = np.zeros((batch_size, seq_length), np.int32)
-        return {"input_ids": ints, "segment_ids": ints, "input_mask": ints, "labels": ints,
-                "label_weights": np.zeros((batch_size, seq_length), np.float32)}
+        return {"input_ids": ints, "segment_ids": ints, "input_mask": ints,
+                **WORD_CLASSES.example_targets(batch_size, seq_length)}
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
     return Objective(f"bert_features_{combine}", "bert", bert_config, model, init_variables,
                      loss_fn, example_batch, (("loss", "loss"), ("accuracy", "acc")))
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """Which encoder layers to read and how to combine them (the paper's feature-based study)."""
+
+    layers: tuple[int, ...] = (-4, -3, -2, -1)  # indices into the num_layers + 1 hidden states
+    combine: str = "concat"  # concat | sum | mean
+
+
+def extract_features(
+    apply_fn: Callable,
+    params: Any,
+    input_ids: Array,
+    segment_ids: Array,
+    input_mask: Array,
+    spec: FeatureSpec = FeatureSpec(),
+) -> Array:
+    """Contextual token features from a BertModel, e.g. concat of the last four layers.
+
+    `apply_fn` is `BertModel(config).apply`; `params` its parameters (no dropout).
+    """
+    outputs = apply_fn({"params": params}, input_ids, segment_ids, input_mask)
+    chosen = [outputs["hidden_states"][i] for i in spec.layers]
+    if spec.combine == "concat":
+        return jnp.concatenate(chosen, axis=-1)
+    if spec.combine == "sum":
+        return sum(chosen)
+    if spec.combine == "mean":
+        return sum(chosen) / len(chosen)
+    raise ValueError(f"unknown combine {spec.combine!r}: use concat, sum or mean")

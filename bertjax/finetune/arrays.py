@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 import jax
 import numpy as np
 
-from bertjax.data.length_buckets import LengthBuckets, group_by_length, row_lengths
+from bertjax.finetune.length_buckets import LengthBuckets, group_by_length, row_lengths
 
 GROUP_BATCHES = 50  # rows are sorted by length within runs of this many global batches
 
