@@ -1,4 +1,5 @@
-"""Examples held in memory as arrays (an encoded fine-tuning set), as a training-loop source.
+"""Examples held in memory as arrays (an encoded fine-tuning set), as a training-loop source
+(bertjax.training.data_source.DataSource).
 
 Global example g is row order_e[g mod n] of epoch e = g // n, where order_e is a permutation
 seeded by (seed, e): a pure function of (seed, g), so a run resumes at any example. Each
@@ -73,6 +74,12 @@ class ArraySource:
         rng = np.random.default_rng([self.seed, epoch, 1])
         return group_by_length(order, self.lengths, GROUP_BATCHES * global_batch, global_batch,
                                rng)
+
+    def padded_length(self, batch: Mapping[str, np.ndarray], seq_length: int) -> int:
+        """Tokens per row: the length bucket the batch was cut to, else `seq_length`."""
+        if self.buckets is None:
+            return seq_length
+        return batch[self.buckets.token_features[0]].shape[-1]
 
     def rows(self, start_index: int, count: int, global_batch: int) -> np.ndarray:
         """Row numbers of global examples start_index .. start_index + count - 1 of a run with

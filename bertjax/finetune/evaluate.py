@@ -1,11 +1,14 @@
 """Dev-set evaluation of a fine-tuning run: predict in fixed-size batches, decode, score with
 the task type's metrics (bertjax.metrics), one prediction row per dev example."""
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
+from bertjax.finetune.examples import Example
 from bertjax.finetune.length_buckets import LengthBuckets, row_lengths
 from bertjax.finetune.setup import TaskSetup
 from bertjax.training.evaluation import EvalResult, Evaluator, jit_inference
@@ -51,6 +54,16 @@ def predict_arrays(setup: TaskSetup, params: Any, inputs: Arrays, batch_size: in
     """The head's outputs for encoded inputs, batched as the run's evaluation batches them."""
     return predict_batched(predict or jit_inference(setup.predict), params, inputs, batch_size,
                            setup.buckets, setup.token_outputs)
+
+
+def score_examples(setup: TaskSetup, params: Any, examples: Sequence[Example],
+                   batch_size: int) -> dict[str, float]:
+    """The task's metrics of `params` on other labelled examples than the run's dev set
+    (e.g. MNLI's mismatched dev set), encoded and decoded as the dev set is."""
+    inputs, data = setup.encode_unlabelled(examples)
+    data = dataclasses.replace(data, golds=setup.task.golds(examples))
+    predictions, _ = setup.task.decode(predict_arrays(setup, params, inputs, batch_size), data)
+    return setup.task.measure(predictions, data)
 
 
 def make_evaluator(setup: TaskSetup, every: int, batch_size: int) -> Evaluator:

@@ -47,9 +47,14 @@ class Recipe:
     # becomes sequences: "entailment" (a $ b) or "similarity" (both orders, added)
     lm_coef: float = 0.5
     pair_transformation: str = "entailment"
-    # feature-based models: BERT's layer combination (Table 7), the BiLSTM width
+    # feature-based models: BERT's layer combination (Table 7), the BiLSTM width (and, for
+    # ELMo's task BiLSTM, its layers; BERT's feature-based tagger has Table 7's two)
     features: str = "concat_last_four"
     lstm_size: int = 768
+    lstm_layers: int = 1
+    # BERT tagging: read each sentence with its document's neighbouring sentences around it
+    # (untagged), as the paper's CoNLL results do (section 5.3)
+    document_context: bool = False
     # BERT fine-tuning with a BiLSTM (lstm_size per direction) between encoder and head:
     # Table 5's "LTR & No NSP + BiLSTM"
     bilstm: bool = False
@@ -66,7 +71,7 @@ class Recipe:
             raise ValueError(f"finetune.placement is {self.placement!r}: choose one of input, "
                              "input_output")
         for name in ("learning_rate", "batch_size", "epochs", "max_seq_length", "eval_every",
-                     "length_buckets"):
+                     "length_buckets", "lstm_layers"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"finetune.{name} is {getattr(self, name)!r}: set it above 0")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:

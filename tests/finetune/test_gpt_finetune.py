@@ -121,3 +121,43 @@ def test_special_tokens_extend_the_embeddings_and_lambda_must_be_non_negative():
 
     with pytest.raises(ValueError, match="lm_coef"):
         gpt_finetuning(CONFIG, "classification", CLASSES, 2, lm_coef=-1.0)
+
+
+@pytest.mark.parametrize("transformation, sequences", [("entailment", 1), ("similarity", 2),
+                                                        ("multiple_choice", 3)])
+def test_l3_is_l2_plus_lambda_l1(transformation, sequences):
+    """The fine-tuning loss equals the task loss alone (lambda 0) plus 0.5 times the
+    next-token loss of every real token of every sequence, computed here from the LM's
+    logits with numpy."""
+    from bertjax.finetune.heads.gpt import extended_config, gpt_finetuning
+    from bertjax.finetune.outputs import CHOICE, CLASSES
+
+    output = CHOICE if transformation == "multiple_choice" else CLASSES
+    classes = 1 if transformation == "multiple_choice" else 3
+    with_lm = gpt_finetuning(CONFIG, transformation, output, classes, lm_coef=0.5,
+                             classifier_dropout=0.0, num_sequences=sequences)
+    task_only = gpt_finetuning(CONFIG, transformation, output, classes, lm_coef=0.0,
+                               classifier_dropout=0.0, num_sequences=sequences)
+    rng = np.random.default_rng(3)
+    B, L = 4, 10
+    lengths = rng.integers(3, L + 1, (B, sequences))
+    mask = (np.arange(L) < lengths[..., None]).astype(np.int32)
+    ids = (rng.integers(0, 19, (B, sequences, L)) * mask).astype(np.int32)
+    labels = rng.integers(0, sequences if transformation == "multiple_choice" else classes, B)
+    batch = {"input_ids": ids, "input_mask": mask, "label": labels.astype(np.int32)}
+    params = nn.unbox(with_lm.init_variables(jax.random.key(0), batch)["params"])
+
+    l3, metrics = with_lm.loss_fn(params, batch, None)
+    l2, _ = task_only.loss_fn(params, batch, None)
+    logits = np.asarray(GptLM(extended_config(CONFIG)).apply(
+        {"params": params["gpt"]}, ids.reshape(-1, L), mask.reshape(-1, L)), np.float64)
+    log_probs = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(
+        -1, keepdims=True)) - logits.max(-1, keepdims=True)
+    targets, weights = ids.reshape(-1, L)[:, 1:], mask.reshape(-1, L)[:, 1:]
+    nll = -np.take_along_axis(log_probs[:, :-1], targets[..., None], -1)[..., 0]
+    l1 = (nll * weights).sum() / weights.sum()
+
+    np.testing.assert_allclose(float(metrics["lm_loss"]), l1, rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["task_loss"]), float(l2), rtol=1e-6)
+    np.testing.assert_allclose(float(l3), float(l2) + 0.5 * l1, rtol=1e-5)
+    assert float(l2) > 0 and l1 > 0

@@ -113,10 +113,8 @@ def test_one_bucket_pads_to_the_maximum(model, sentences):
 
 
 def test_the_loop_counts_the_tokens_of_the_bucket_it_ran(model, sentences):
-    from bertjax.training.loop import _padded_length
-
     setup = setup_task(Recipe("bert", "classification", max_seq_length=128), model,
                        sentences[:64], sentences[:8], "dev")
     batch = next(setup.source(0).batches(0, 128, 16))
-    assert _padded_length(setup.source(0), batch, 128) == batch["input_ids"].shape[1] < 128
-    assert _padded_length(ArraySource(setup.train), batch, 128) == 128
+    assert setup.source(0).padded_length(batch, 128) == batch["input_ids"].shape[1] < 128
+    assert ArraySource(setup.train).padded_length(batch, 128) == 128

@@ -91,24 +91,52 @@ def encode_choices(vocab: WordPieceVocabulary, contexts: Sequence[str],
     return {k: v.reshape(len(contexts), num_endings, max_length) for k, v in arrays.items()}
 
 
+def _word_pieces(vocab: WordPieceVocabulary, words: Sequence[str]) -> list[list[int]]:
+    """Each word's pieces; a word with no piece (e.g. a control character) reads as [UNK]."""
+    return [vocab.encode(word) or [vocab.unk_id] for word in words]
+
+
 def encode_words(vocab: WordPieceVocabulary, sentences: Sequence[Sequence[str]],
-                 max_length: int) -> tuple[Arrays, list[list[int]]]:
+                 max_length: int, contexts: Sequence[tuple[list[int], list[int]]] | None = None
+                 ) -> tuple[Arrays, list[list[int]]]:
     """Inputs [N, L] of `[CLS] w1 w2 ... [SEP]`, and for each sentence the position of each
     word's first piece (-1 for words cut off by `max_length`): where its tag is taught and
-    read. A word with no piece (e.g. a control character) reads as [UNK]."""
+    read. `contexts`: per sentence, (left, right) piece ids placed around it, untagged."""
     rows, firsts = [], []
-    for words in sentences:
-        ids, first = [vocab.cls_id], []
-        for w, word in enumerate(words):
-            pieces = vocab.encode(word) or [vocab.unk_id]
+    for s, words in enumerate(sentences):
+        left, right = contexts[s] if contexts is not None else ([], [])
+        ids, first = [vocab.cls_id, *left], []
+        for w, pieces in enumerate(_word_pieces(vocab, words)):
             if len(ids) + len(pieces) > max_length - 1:
                 first += [-1] * (len(words) - w)
                 break
             first.append(len(ids))
             ids += pieces
+        ids += right[:max(0, max_length - 1 - len(ids))]
         rows.append((ids + [vocab.sep_id], [0] * (len(ids) + 1)))
         firsts.append(first)
     return _padded(rows, max_length), firsts
+
+
+def document_contexts(vocab: WordPieceVocabulary, examples: Sequence[Any], max_length: int
+                      ) -> list[tuple[list[int], list[int]]]:
+    """Per tagged sentence, the pieces of its document's sentences before and after it that
+    fit beside it in `max_length` (half the room each side, the rest to whichever side has
+    more): the paper's "maximal document context" for CoNLL-2003."""
+    pieces = [[p for word in _word_pieces(vocab, ex.tokens) for p in word] for ex in examples]
+    documents: dict[int, list[int]] = {}
+    for s, ex in enumerate(examples):
+        documents.setdefault(ex.document, []).append(s)
+    contexts = []
+    for s, ex in enumerate(examples):
+        room = max(0, max_length - 2 - len(pieces[s]))
+        same = documents[ex.document]
+        before = [p for t in same if t < s for p in pieces[t]]
+        after = [p for t in same if t > s for p in pieces[t]]
+        n_after = min(len(after), max(room // 2, room - len(before)))
+        n_before = min(len(before), room - n_after)
+        contexts.append((before[len(before) - n_before:], after[:n_after]))
+    return contexts
 
 
 @register
@@ -142,7 +170,9 @@ class BertFineTuned(Adapter):
                 examples, vocab, max_seq_length=length, doc_stride=self.recipe.doc_stride,
                 max_query_length=self.recipe.max_query_length, training=targets is not None)
         if self.task.inputs == WORDS:
-            return encode_words(vocab, [ex.tokens for ex in examples], length)
+            contexts = (document_contexts(vocab, examples, length)
+                        if self.recipe.document_context else None)
+            return encode_words(vocab, [ex.tokens for ex in examples], length, contexts)
         if self.task.inputs == CHOICES:
             return encode_choices(vocab, [ex.context for ex in examples],
                                   [ex.endings for ex in examples], length), None

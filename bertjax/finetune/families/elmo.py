@@ -117,7 +117,8 @@ class ElmoFeatures(Adapter):
         r = self.recipe
         settings = ElmoTaskSettings(
             placement=r.placement, top_layer_only=r.top_layer_only, l2_coef=r.mix_l2,
-            elmo_dropout=r.elmo_dropout, hidden_size=r.lstm_size, dropout_rate=r.dropout,
+            elmo_dropout=r.elmo_dropout, hidden_size=r.lstm_size, num_layers=r.lstm_layers,
+            dropout_rate=r.dropout,
             word_embed_dim=r.word_embed_dim,
             word_vocab_size=len(self.words) + 2 if self.words is not None else 0)
         self._objective = elmo_task_objective(self.model.config, self.task_model,

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.finetune.heads.linear import linear_head
 from bertjax.finetune.outputs import CHOICE, CLASSES, SCORE, SPANS, WORD_CLASSES, Output
 from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
@@ -35,15 +36,8 @@ Array = jax.Array
 
 
 def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
-    return nn.Dense(
-        features,
-        kernel_init=nn.with_logical_partitioning(
-            nn.initializers.normal(config.transformer.initializer_range), ("embed", "classes")
-        ),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)),
-        param_dtype=config.transformer.weight_dtype,
-        name=name,
-    )
+    return linear_head(features, nn.initializers.normal(config.transformer.initializer_range),
+                       name, config.transformer.weight_dtype)
 
 
 # head kind: what it outputs (bertjax.finetune.outputs). The kinds name the objectives

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.finetune.heads.linear import linear_head
 from bertjax.finetune.outputs import WORD_CLASSES
 from bertjax.layers.bilstm import BiLstmEncoder
 from bertjax.layers.dropout import Dropout
@@ -87,11 +88,7 @@ class BertFeatureTagger(nn.Module):
             self.layer_mix = ScalarMix(len(self.layer_ids))
         self.encoder = BiLstmEncoder(self.hidden, self.num_layers, self.dropout_rate)
         self.dropout = Dropout(self.dropout_rate)
-        self.classifier = nn.Dense(
-            self.num_labels,
-            kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                     ("embed", "classes")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))
+        self.classifier = linear_head(self.num_labels)
 
     def features(self, input_ids: Array, segment_ids: Array, input_mask: Array) -> Array:
         """[B, L, F] token features of the frozen encoder (F = feature_size(combine, E))."""

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.finetune.heads.linear import linear_head
 from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES, Output
 from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
@@ -118,11 +119,7 @@ class ElmoTaskModel(nn.Module):
         self.encoder = BiLstmEncoder(s.hidden_size, s.num_layers, s.dropout_rate)
         self.elmo_dropout = Dropout(s.elmo_dropout)
         self.dropout = Dropout(s.dropout_rate)
-        self.head = nn.Dense(
-            self.num_labels,
-            kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
-                                                     ("embed", "classes")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)))
+        self.head = linear_head(self.num_labels)
 
     def elmo(self, mix: str, layers_KxBxTxD: Array, mask_BxT: Array, deterministic: bool
              ) -> Array:

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax.finetune.heads.linear import linear_head
 from bertjax.finetune.outputs import Output
 from bertjax.layers.dropout import Dropout
 from bertjax.models.gpt import GptConfig, GptLM
@@ -86,13 +87,7 @@ class GptClassifier(nn.Module):
         h_BxNxE = jnp.take_along_axis(h_MxLxE, extract_M[:, None, None], axis=1)
         h_BxNxE = h_BxNxE.reshape(B, N, -1)
         h_BxNxE = Dropout(self.classifier_dropout)(h_BxNxE, deterministic=deterministic)
-        head = nn.Dense(
-            self.num_classes,
-            kernel_init=nn.with_logical_partitioning(nn.initializers.normal(0.02),
-                                                     ("embed", "classes")),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("classes",)),
-            name="head",
-        )
+        head = linear_head(self.num_classes, nn.initializers.normal(0.02), "head")
         if self.transformation == "multiple_choice":
             logits = head(h_BxNxE)[..., 0]  # [B, K]
         elif self.transformation == "similarity":

@@ -14,6 +14,8 @@ from bertjax.finetune.task import TEXTS, EvalData, Task, check_labels, register
 
 @register
 class Classification(Task):
+    """One text, one of the training labels."""
+
     name = "classification"
     reading = Reading("table", name, text_counts=(1,))
     inputs, output = TEXTS, CLASSES
@@ -40,6 +42,8 @@ class Classification(Task):
 
 @register
 class PairClassification(Classification):
+    """A text pair, one of the training labels; F1 of class "1" as GLUE scores MRPC, QQP."""
+
     name = "pair_classification"
     reading = Reading("table", name, text_counts=(2,))
     metrics = metrics.PAIR_CLASSIFICATION

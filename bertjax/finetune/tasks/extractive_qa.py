@@ -28,6 +28,8 @@ SQUAD_PREDICTIONS, SQUAD_NULL_ODDS = "predictions.json", "null_odds.json"
 
 @register
 class ExtractiveQa(Task):
+    """A question on a context, the span of the context that answers it (or none)."""
+
     name = "qa"
     reading = Reading("squad", name)
     inputs, output = QUESTIONS, SPANS

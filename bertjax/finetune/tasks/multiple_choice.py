@@ -13,6 +13,8 @@ from bertjax.finetune.task import CHOICES, EvalData, Task, register
 
 @register
 class MultipleChoice(Task):
+    """A context and its endings, the index of the right one."""
+
     name = "multiple_choice"
     reading = Reading("table", name, choices=True)
     inputs, output = CHOICES, CHOICE

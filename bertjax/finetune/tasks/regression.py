@@ -13,6 +13,8 @@ from bertjax.finetune.task import TEXTS, EvalData, Task, register
 
 @register
 class Regression(Task):
+    """One or two texts, one score."""
+
     name = "regression"
     reading = Reading("table", name, text_counts=(1, 2), numeric_label=True)
     inputs, output = TEXTS, SCORE

@@ -17,6 +17,9 @@ OUTSIDE = "O"  # the prediction for a word the encoding cut off
 
 @register
 class Tagging(Task):
+    """A sentence's words, one tag each, predicted where the family's encoding puts the word
+    (Encoded.layout: its token position, -1 when cut off)."""
+
     name = "tagging"
     reading = Reading("conll", name)
     inputs, output = WORDS, WORD_CLASSES
