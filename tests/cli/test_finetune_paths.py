@@ -122,8 +122,8 @@ CONLL = FIXTURES / "conll2003" / "eng_testa_excerpt.txt"
 
 def test_feature_based_tagging_keeps_the_encoder_frozen(tiny_bert, tmp_path):
     results = finetune("bert_features_ner", tiny_bert, CONLL, CONLL, tmp_path / "run",
-                       "--gin.finetune.lstm_size=16", "--gin.finetune.batch_size=4",
-                       "--gin.finetune.epochs=4.0", "--gin.finetune.max_seq_length=64",
+                       "--gin.finetune.lstm_size=16", "--gin.finetune.batch_size=8",
+                       "--gin.finetune.epochs=8.0", "--gin.finetune.max_seq_length=64",
                        "--gin.finetune.learning_rate=1e-2")
     assert {"f1", "precision", "recall"} <= set(results["final"])
     rows = predictions(tmp_path / "run")
@@ -140,7 +140,7 @@ def test_feature_based_tagging_keeps_the_encoder_frozen(tiny_bert, tmp_path):
 
 def test_tagging_with_document_context(tiny_bert, tmp_path):
     results = finetune("bert_tagging", tiny_bert, CONLL, CONLL, tmp_path / "run",
-                       "--gin.finetune.document_context=True", "--gin.finetune.batch_size=4",
+                       "--gin.finetune.document_context=True", "--gin.finetune.batch_size=8",
                        "--gin.finetune.max_seq_length=96", "--gin.finetune.length_buckets=1")
     rows = predictions(tmp_path / "run")
     assert len(rows) == 7 and "f1" in results["final"]
