@@ -106,6 +106,8 @@ def main() -> None:
         seeds=range(FLAGS.seeds), learning_rates=glue.BERT_LEARNING_RATES if FLAGS.lr_grid
         else None, show_progress=FLAGS.progress,
         log=lambda line: print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True))
+    if report is None:  # stopped by a signal: the run said where
+        return
     print(report.table(), end="")
     print(f"results: {workdir / glue.RESULTS_TABLE}   {workdir / glue.RESULTS_JSON}")
 

@@ -197,10 +197,11 @@ def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
              recipe_for: Callable[[GlueTask], Recipe], workdir: str | os.PathLike,
              seeds: Sequence[int] = (0,), learning_rates: Sequence[float] | None = None,
              mesh: jax.sharding.Mesh | None = None, show_progress: bool = False,
-             log: Callable[[str], None] = lambda line: None) -> GlueReport:
+             log: Callable[[str], None] = lambda line: None) -> GlueReport | None:
     """Fine-tune `init` on each task (recipe_for(task), its seed and learning rate replaced)
     for every seed and learning rate (None: the recipe's own), score each run on the task's
-    dev sets, and write WORKDIR/glue_results.json and glue_results.md."""
+    dev sets, and write WORKDIR/glue_results.json and glue_results.md. None when a run was
+    stopped by a signal or preemption notice (it saved its checkpoint: rerun to resume)."""
     root = pathlib.Path(workdir)
     scores, chosen = {}, {}
     for task in tasks:
@@ -215,6 +216,10 @@ def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
                 where = root / task.name / f"lr_{rate:g}" / f"seed_{seed}"
                 outcome = run(run_recipe, init, train, devs[0], where, mesh=mesh,
                               show_progress=show_progress)
+                if outcome.result.stopped:
+                    log(f"{where} stopped at step {outcome.result.step} "
+                        f"({outcome.result.stopped}): rerun the same command to resume")
+                    return None
                 params = outcome.result.state.params
                 batch = run_recipe.eval_batch_size or run_recipe.batch_size
                 for index, dev in enumerate(devs):

@@ -166,3 +166,19 @@ def test_all_nine_tasks_with_the_learning_rate_grid(tiny_bert, glue_dir, tmp_pat
     assert len(report["average_columns"]) == 9 and "WNLI" in report["scores"]
     assert set(report["learning_rates"].values()) <= set(glue.BERT_LEARNING_RATES)
     assert len(list(tmp_path.glob("*/lr_*/seed_*/eval_results.json"))) == 9 * 4 * 2
+
+
+def test_a_run_stopped_by_a_signal_stops_the_benchmark(monkeypatch, glue_dir, tmp_path):
+    from types import SimpleNamespace
+
+    from bertjax.finetune.recipe import Recipe
+
+    stopped = SimpleNamespace(result=SimpleNamespace(stopped="SIGTERM", step=3))
+    monkeypatch.setattr(glue, "run", lambda *args, **kwargs: stopped)
+    lines = []
+    report = glue.run_glue(None, glue.GlueData(glue_dir), [glue.BY_NAME["rte"]],
+                           lambda task: Recipe("bert", task.task_type), tmp_path,
+                           log=lines.append)
+    assert report is None and len(lines) == 1
+    assert "stopped at step 3 (SIGTERM): rerun the same command" in lines[0]
+    assert not (tmp_path / glue.RESULTS_JSON).exists()
