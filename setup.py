@@ -76,6 +76,7 @@ setup(
             "bertjax-fill-mask=bertjax.cli.fill_mask:run",
             "bertjax-report=bertjax.cli.report:run",
             "bertjax-export=bertjax.cli.export:run",
+            "bertjax-glue=bertjax.cli.glue:run",
         ]
     },
 )

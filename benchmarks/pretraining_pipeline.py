@@ -130,7 +130,7 @@ def learned_vocab(source_cls, corpus, fmt, args, root: pathlib.Path, **kwargs) -
 
 def write_cache(settings: dict, cache_dir: pathlib.Path) -> float:
     """Cache static examples with seqio's Beam pipeline (DirectRunner); returns the seconds."""
-    from bertjax.data import pretraining_cache
+    from bertjax.data.bert import cache as pretraining_cache
 
     path = cache_dir / "settings.json"
     path.write_text(json.dumps(settings))
@@ -173,7 +173,7 @@ def read_rates(task, groups: int) -> dict:
 
 
 def bert_rows(corpus_key: str, args, root: pathlib.Path) -> list[dict]:
-    from bertjax.data.pipeline import BertPretrainingSource
+    from bertjax.data.bert.source import BertPretrainingSource
 
     corpus, fmt = CORPORA[corpus_key]
     vocab = learned_vocab(BertPretrainingSource, corpus, fmt, args, root)
@@ -215,8 +215,8 @@ def bert_rows(corpus_key: str, args, root: pathlib.Path) -> list[dict]:
 
 
 def other_rows(corpus_key: str, args, root: pathlib.Path) -> list[dict]:
-    from bertjax.data.elmo_pipeline import ElmoSource
-    from bertjax.data.lm import LmPretrainingSource
+    from bertjax.data.elmo.source import ElmoSource
+    from bertjax.data.gpt.source import LmPretrainingSource
 
     corpus, fmt = CORPORA[corpus_key]
     rows = []

@@ -5,9 +5,9 @@ objective and its data source.
 
 import gin
 
-from bertjax.data.elmo_pipeline import ElmoSource
-from bertjax.data.lm import LmPretrainingSource
-from bertjax.data.pipeline import BertPretrainingSource
+from bertjax.data.bert.source import BertPretrainingSource
+from bertjax.data.elmo.source import ElmoSource
+from bertjax.data.gpt.source import LmPretrainingSource
 from bertjax.finetune.recipe import Recipe
 from bertjax.models.bert import bert_config
 from bertjax.models.elmo import elmo_config

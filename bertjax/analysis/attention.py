@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.analysis.plotting import heatmap_grid
-from bertjax.data.wordpiece import WordPieceVocabulary
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.models.gpt import GptConfig, GptLM
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 SOWN = "attention_weights"  # the name layers/attention.py sows under
 

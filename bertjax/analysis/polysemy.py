@@ -33,10 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.analysis.plotting import heatmap_grid
-from bertjax.data.elmo_vocab import tokenize
-from bertjax.data.wordpiece import WordPieceVocabulary
 from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.bert import BertConfig, BertModel
+from bertjax.tokenizers.elmo_vocab import tokenize
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 # The classic "bank" sentences: two money banks, two river banks, and a blood bank.
 SENTENCES: tuple[str, ...] = (

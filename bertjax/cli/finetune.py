@@ -21,7 +21,6 @@ in the format the GLUE server reads (bertjax/finetune/official.py).
 """
 
 import json
-import math
 import os
 import pathlib
 import sys
@@ -31,19 +30,13 @@ import gin
 import jax
 from absl import flags
 
+import bertjax.finetune
 from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
-from bertjax.data.labelled import read_task
-from bertjax.finetune import official
-from bertjax.finetune.evaluate import make_evaluator
-from bertjax.finetune.pretrained import load_pretrained
-from bertjax.finetune.setup import setup_task
-from bertjax.finetune.task_record import write_task_record
+from bertjax.finetune.runner import RunOutcome
 from bertjax.training import lease, loop, preemption
 from bertjax.training.evaluation import RESULTS
-from bertjax.training.experiment import Experiment
-from bertjax.training.optim import make_optimizer
 
 PROGRAM = "bertjax-finetune"
 INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
@@ -77,36 +70,18 @@ def define_flags() -> None:
 
 def finetune(workdir: os.PathLike, init: str, train_spec: str, eval_spec: str,
              show_progress: bool = True, predict: tuple[str, ...] = (),
-             lower_case: bool | None = None) -> tuple[loop.RunResult, dict]:
-    """Run the recipe gin has parsed; (the run's result, eval_results.json's contents).
-    `predict`: unlabelled files to predict with the best checkpoint (official.py)."""
+             lower_case: bool | None = None) -> RunOutcome:
+    """Run the recipe gin has parsed (bertjax.finetune.run); `predict`: unlabelled files to
+    predict with the best checkpoint (GLUE submissions)."""
     recipe = gin_utils.configured("finetune")
     mesh = gin.get_configurable("bertjax.make_mesh")()
     gin_utils.check_all_read(ignore=("aot_compile",))
-    columns = dict(text_columns=recipe.text_columns, label_column=recipe.label_column)
-    train = read_task(train_spec, recipe.task, **columns, split_hint="train")
-    dev = read_task(eval_spec, recipe.task, **columns, split_hint="validation")
-    unlabelled = official.read_unlabelled(predict, recipe)
-    model = load_pretrained(init, recipe.family, lower_case=lower_case)
-    setup = setup_task(recipe, model, train, dev, eval_spec)
-    n = len(next(iter(setup.train.values())))
-    steps = max(1, math.ceil(recipe.epochs * n / recipe.batch_size))
-    tx = make_optimizer("adamw", recipe.learning_rate, math.ceil(recipe.warmup_fraction * steps),
-                        steps, eps=1e-6, weight_decay=recipe.weight_decay, frozen=setup.frozen)
-    length = setup.train["input_ids"].shape[-1] if "input_ids" in setup.train else 1
-    exp = Experiment(setup.objective, setup.source(recipe.seed), tx,
-                     recipe.batch_size, steps, ((1.0, length),), seed=recipe.seed,
-                     log_every=min(10, steps), checkpoint_every=max(1, recipe.eval_every))
-    evaluator = make_evaluator(setup, recipe.task, min(recipe.eval_every, steps),
-                               recipe.batch_size)
-    result = loop.run(exp, workdir, mesh, show_progress, setup.initial_params, evaluator)
-    if jax.process_index() == 0:
-        write_task_record(workdir, recipe, model, setup.labels)
-        for path in official.write_submissions(workdir, unlabelled, setup, recipe.batch_size):
-            print(f"{PROGRAM}: wrote {path}", file=sys.stderr, flush=True)
-    results_file = files.as_path(workdir) / RESULTS
-    results = json.loads(results_file.read_text()) if results_file.is_file() else {}
-    return result, results
+    outcome = bertjax.finetune.run(recipe, init, train_spec, eval_spec, workdir,
+                                   predict=predict, lower_case=lower_case, mesh=mesh,
+                                   show_progress=show_progress)
+    for path in outcome.submissions:
+        print(f"{PROGRAM}: wrote {path}", file=sys.stderr, flush=True)
+    return outcome
 
 
 def summarize(result: loop.RunResult, results: dict, workdir: files.Path,
@@ -135,8 +110,9 @@ def main() -> None:
         runner.announce_backend(PROGRAM)
         gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
         start = time.perf_counter()
-        result, results = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval,
-                                   FLAGS.progress, tuple(FLAGS.predict), FLAGS.do_lower_case)
+        outcome = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress,
+                           tuple(FLAGS.predict), FLAGS.do_lower_case)
+        result, results = outcome.result, outcome.results
         if jax.process_index() == 0 and result.step > result.start_step:
             local = "," not in FLAGS.init and not files.is_remote(FLAGS.init)
             init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init

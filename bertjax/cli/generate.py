@@ -20,10 +20,10 @@ import sys
 from absl import flags
 
 from bertjax.cli import runner
-from bertjax.data.bpe import END_OF_TEXT
 from bertjax.generation import prompts as zero_shot
 from bertjax.generation.generator import Generator
 from bertjax.generation.sampling import GenerationError, Sampling
+from bertjax.tokenizers.bpe import END_OF_TEXT
 
 PROGRAM = "bertjax-generate"
 FLAGS = flags.FLAGS

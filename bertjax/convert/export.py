@@ -46,7 +46,7 @@ from bertjax.training.checkpoint import resolve, restore_saved_params
 
 FORMATS = ("hf", "bilm")
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
-GPT_TASK_TOKENS = ("<|start|>", "<|delimiter|>", "<|extract|>")  # finetune/gpt_inputs.py order
+GPT_TASK_TOKENS = ("<|start|>", "<|delimiter|>", "<|extract|>")  # heads/gpt.py SpecialTokens order
 
 
 class ExportError(ValueError):

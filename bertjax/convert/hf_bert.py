@@ -18,7 +18,8 @@ Import exactly (every parameter found, every tensor used) with `load_hf_bert(dir
 `hf_to_bertjax(state_dict, config)`; fill an initialised model with what a checkpoint holds,
 keeping and reporting the rest, with `load_pretrained(path, params)` (or `fill_pretrained` for
 tensors already read); export with `bertjax_to_hf` (BertModel, BertForPreTraining) and
-`head_to_hf` (the fine-tuning heads of bertjax.finetune.bert), and `hf_config` for config.json.
+`head_to_hf` (the fine-tuning heads of bertjax.finetune.heads.bert), and `hf_config` for
+config.json.
 The head count is not visible in the weights: take the config from config.json (`load_hf_config`).
 """
 
@@ -508,7 +509,7 @@ def bertjax_to_hf(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
 
 # ----------------------------------------------------------------------------- heads and config
 
-# bertjax.finetune.bert head kind: (transformers class, bertjax head, transformers head,
+# bertjax.finetune.heads.bert head kind: (transformers class, bertjax head, transformers head,
 # whether the transformers class has the pooler)
 HEAD_CLASSES = {
     "classify": ("BertForSequenceClassification", "classifier", "classifier", True),

@@ -129,7 +129,8 @@ def register_task(name: str, source: ExampleSource, vocab: seqio.Vocabulary,
 
 
 class Source:
-    """What the training loop consumes: prepare, save, vocab_size, feature_spec, batches."""
+    """What the training loop consumes (bertjax.training.data_source.DataSource): prepare,
+    save, vocab_size, feature_spec, batches, padded_length."""
 
     setting = ""  # the gin name, e.g. "bert_pretraining_source"
     task_prefix = ""
@@ -277,6 +278,10 @@ class Source:
                 self._staging = None
         return {"kind": self.vocab_kind, "files": dict(self.vocab_files),
                 "vocab_size": self.vocab_size, **self.tokenizer_options()}
+
+    def padded_length(self, batch: dict[str, np.ndarray], seq_length: int) -> int:
+        """Every batch is padded to the phase's sequence length."""
+        return seq_length
 
     def _vocab(self) -> Any:
         if self.vocab is None:

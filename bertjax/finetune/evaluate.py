@@ -1,15 +1,19 @@
 """Dev-set evaluation of a fine-tuning run: predict in fixed-size batches, decode, score with
-the papers' metrics (bertjax.metrics), one prediction row per dev example."""
+the task type's metrics (bertjax.metrics), one prediction row per dev example."""
 
+import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from bertjax import metrics
-from bertjax.data.length_buckets import LengthBuckets, row_lengths
-from bertjax.finetune.setup import Arrays, TaskSetup
+from bertjax.finetune.examples import Example
+from bertjax.finetune.length_buckets import LengthBuckets, row_lengths
+from bertjax.finetune.setup import TaskSetup
 from bertjax.training.evaluation import EvalResult, Evaluator, jit_inference
+
+Arrays = dict[str, np.ndarray]
 
 
 def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int,
@@ -45,24 +49,35 @@ def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int,
     return restored
 
 
-def make_evaluator(setup: TaskSetup, task: str, every: int, batch_size: int) -> Evaluator:
-    """An Evaluator for the training loop; its main metric is the task's (metrics.main_metric)."""
+def predict_arrays(setup: TaskSetup, params: Any, inputs: Arrays, batch_size: int,
+                   predict: Any = None) -> np.ndarray:
+    """The head's outputs for encoded inputs, batched as the run's evaluation batches them."""
+    return predict_batched(predict or jit_inference(setup.predict), params, inputs, batch_size,
+                           setup.buckets, setup.token_outputs)
+
+
+def score_examples(setup: TaskSetup, params: Any, examples: Sequence[Example],
+                   batch_size: int) -> dict[str, float]:
+    """The task's metrics of `params` on other labelled examples than the run's dev set
+    (e.g. MNLI's mismatched dev set), encoded and decoded as the dev set is."""
+    inputs, data = setup.encode_unlabelled(examples)
+    data = dataclasses.replace(data, golds=setup.task.golds(examples))
+    predictions, _ = setup.task.decode(predict_arrays(setup, params, inputs, batch_size), data)
+    return setup.task.measure(predictions, data)
+
+
+def make_evaluator(setup: TaskSetup, every: int, batch_size: int) -> Evaluator:
+    """An Evaluator for the training loop; its main metric is the task type's."""
     predict = jit_inference(setup.predict)
 
     def evaluate(state: Any) -> EvalResult:
-        outputs = predict_batched(predict, state.params, setup.eval, batch_size, setup.buckets,
-                                  setup.token_outputs)
+        outputs = predict_arrays(setup, state.params, setup.eval, batch_size, predict)
         predictions, extra = setup.decode(outputs)
-        files = extra.pop("files", {})  # the task's official output files (finetune/official.py)
-        if task == "qa":
-            golds = dict(zip(setup.ids, setup.golds, strict=True))
-            scores = metrics.compute(task, golds, dict(zip(setup.ids, predictions, strict=True)))
-        else:
-            scores = metrics.compute(task, setup.golds, predictions, **setup.metric_options)
+        files = extra.pop("files", {})  # the task's official output files
+        scores = setup.measure(predictions)
         rows = [{"id": i, "prediction": p, "gold": g}
-                for i, p, g in zip(setup.ids, predictions, setup.golds, strict=True)]
-        if setup.report is not None:
-            extra = {**extra, **setup.report(jax.device_get(state.params))}
+                for i, p, g in zip(setup.data.ids, predictions, setup.data.golds, strict=True)]
+        extra = {**extra, **setup.report(state.params)}
         return EvalResult({k: float(v) for k, v in scores.items()}, rows, extra, files)
 
-    return Evaluator(evaluate, metrics.main_metric(task), every)
+    return Evaluator(evaluate, setup.task.main_metric, every)

@@ -1,6 +1,7 @@
 """Fine-tuning results in the formats the tasks' official tools read.
 
-SQuAD (written with the best evaluation, beside predictions.jsonl):
+SQuAD (written with the best evaluation, beside predictions.jsonl, by the extractive QA task
+type: `squad_files`, bertjax.finetune.tasks.extractive_qa):
 
     predictions.json   {question id: answer text}, "" for no answer: what the official
                        evaluate-v1.1.py and evaluate-v2.0.py read as their prediction file
@@ -8,7 +9,8 @@ SQuAD (written with the best evaluation, beside predictions.jsonl):
                        evaluate-v2.0.py reads with --na-prob-file (as google-research/bert's
                        run_squad.py writes it); its best_f1_thresh then tunes the threshold
 
-GLUE (`bertjax-finetune --predict=FILE`): the best checkpoint predicts an unlabelled file
+GLUE (`bertjax-finetune --predict=FILE`, for the task types that have submissions:
+classification, pair classification, regression): the best checkpoint predicts an unlabelled file
 (a GLUE test split) into WORKDIR/submission/NAME.tsv, `index<TAB>prediction` rows in the
 file's order, NAME and the label spelling as the GLUE server expects them: the file name is
 the task's (SST-2.tsv, MNLI-m.tsv, MNLI-mm.tsv, AX.tsv, ...), found from GLUE's directory
@@ -18,20 +20,27 @@ entailment / not_entailment / neutral / contradiction as spelled for MNLI, QNLI,
 and STS-B scores are numbers with three decimals.
 """
 
-import json
 import os
 import pathlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bertjax.data.labelled import TextExample, read_task
 from bertjax.files import write_text
+from bertjax.finetune.evaluate import predict_arrays
+from bertjax.finetune.examples import Example
 from bertjax.finetune.recipe import Recipe
+from bertjax.finetune.setup import TaskSetup
+from bertjax.finetune.task import TASKS
+from bertjax.finetune.tasks import get_task
+from bertjax.finetune.tasks.extractive_qa import (  # noqa: F401 (this module's SQuAD part)
+    SQUAD_NULL_ODDS,
+    SQUAD_PREDICTIONS,
+    squad_files,
+)
+from bertjax.training.checkpoint import restore_saved_params
 
-SQUAD_PREDICTIONS, SQUAD_NULL_ODDS = "predictions.json", "null_odds.json"
 SUBMISSION_DIR = "submission"
-PREDICT_TASKS = ("classification", "pair_classification", "regression")
 # GLUE's directory (glue_data/NAME) or TFDS config: its submission file name
 _GLUE_NAMES = {
     "cola": "CoLA", "sst-2": "SST-2", "sst2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
@@ -44,20 +53,6 @@ _BINARY = {
     "MRPC": ("not_equivalent", "equivalent"), "QQP": ("not_duplicate", "duplicate"),
     "WNLI": ("not_entailment", "entailment"),
 }
-
-
-# ---------------------------------------------------------------- SQuAD
-
-
-def squad_files(predictions: Mapping[str, str],
-                null_odds: Mapping[str, float] | None = None) -> dict[str, str]:
-    """{file name: text} of predictions.json (and, for SQuAD 2.0, null_odds.json)."""
-    files = {SQUAD_PREDICTIONS: json.dumps(dict(predictions), indent=2, ensure_ascii=False)
-             + "\n"}
-    if null_odds is not None:
-        odds = {qid: float(value) for qid, value in null_odds.items()}
-        files[SQUAD_NULL_ODDS] = json.dumps(odds, indent=2) + "\n"
-    return files
 
 
 # ---------------------------------------------------------------- GLUE submissions
@@ -82,24 +77,24 @@ def submission_name(spec: str) -> str:
     return task
 
 
-def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[TextExample]]:
+def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[Example]]:
     """{submission name: examples} of the files to predict, read before training starts, so
     a bad file fails in one line before anything runs."""
     if not specs:
         return {}
-    supported = recipe.family == "bert" and recipe.approach == "fine_tune"
-    if not supported or recipe.task not in PREDICT_TASKS:
-        raise ValueError(f"--predict writes GLUE submissions of fine-tuned BERT "
-                         f"{', '.join(PREDICT_TASKS)}; this recipe is {recipe.family} "
-                         f"{recipe.task}: drop --predict")
-    named: dict[str, list[TextExample]] = {}
+    task = get_task(recipe.task)
+    if not task.submissions:
+        kinds = ", ".join(name for name, t in TASKS.items() if t.submissions)
+        raise ValueError(f"--predict writes GLUE submissions of {kinds}; this recipe's task "
+                         f"type is {task.name}: drop --predict")
+    named: dict[str, list[Example]] = {}
     for spec in specs:
         name = submission_name(spec)
         if name in named:
             raise ValueError(f"--predict={spec}: a second file for {name}.tsv: pass one file "
                              "per task")
-        named[name] = read_task(spec, recipe.task, text_columns=recipe.text_columns,
-                                label_column="", split_hint="test")
+        named[name] = task.read(spec, text_columns=recipe.text_columns, label_column="",
+                                split_hint="test")
     return named
 
 
@@ -118,24 +113,19 @@ def submission_tsv(name: str, ids: Sequence[str], predictions: Sequence[Any]) ->
     return "\n".join(["index\tprediction", *rows]) + "\n"
 
 
-def write_submissions(workdir: str | os.PathLike, named: Mapping[str, list[TextExample]],
-                      setup: Any, batch_size: int) -> list[pathlib.Path]:
+def write_submissions(workdir: str | os.PathLike, named: Mapping[str, list[Example]],
+                      setup: TaskSetup, batch_size: int) -> list[pathlib.Path]:
     """Predict each file's examples with the run's best checkpoint and write
     WORKDIR/submission/NAME.tsv; the paths written. `setup` is the run's TaskSetup: its
     encoder, model and decoder, as the dev evaluation uses them."""
-    from bertjax.finetune.evaluate import predict_batched  # the dev evaluation's batching
-    from bertjax.training.checkpoint import restore_saved_params
-    from bertjax.training.evaluation import jit_inference
-
     if not named:
         return []
     params, _, _ = restore_saved_params(workdir)
-    predict = jit_inference(setup.predict)
     written = []
     for name, examples in named.items():
-        outputs = predict_batched(predict, params, setup.encode_inputs(examples), batch_size,
-                                  setup.buckets, setup.token_outputs)
-        predictions, _ = setup.decode(outputs)
+        inputs, data = setup.encode_unlabelled(examples)
+        outputs = predict_arrays(setup, params, inputs, batch_size)
+        predictions, _ = setup.task.decode(outputs, data)
         path = pathlib.Path(workdir) / SUBMISSION_DIR / f"{_safe(name)}.tsv"
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, submission_tsv(name, [ex.id for ex in examples], predictions))

@@ -19,12 +19,12 @@ import jax
 
 from bertjax import files
 from bertjax.convert import elmo_hdf5, google_bert, hf_bert, hf_gpt
-from bertjax.data.bpe import ByteLevelBPE
-from bertjax.data.elmo_vocab import ElmoVocabulary
-from bertjax.data.wordpiece import WordPieceVocabulary
 from bertjax.models import elmo as elmo_model
 from bertjax.models import gpt as gpt_model
 from bertjax.models.bert import BertModel
+from bertjax.tokenizers.bpe import ByteLevelBPE
+from bertjax.tokenizers.elmo_vocab import ElmoVocabulary
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
 

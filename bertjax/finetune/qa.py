@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bertjax.data.labelled import QaExample
-from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.finetune.examples import QaExample
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -292,16 +292,12 @@ def _ranked(
     return list(answers.values()) or [QaAnswer("", (0, 0), -math.inf, null_score)]
 
 
-def best_answers(
-    start_logits: np.ndarray,
-    end_logits: np.ndarray,
-    windows: Sequence[QaWindow],
-    max_answer_length: int = 30,
-    n_best: int = 20,
-) -> dict[str, QaAnswer]:
+def best_answers(start_logits: np.ndarray, end_logits: np.ndarray,
+                 windows: Sequence[QaWindow], max_answer_length: int = 30
+                 ) -> dict[str, QaAnswer]:
     """Per example id, its best span over all its windows: the first of `n_best_answers`,
-    the exact maximum whatever `n_best` (which only bounds the spans ranked)."""
-    ranked = n_best_answers(start_logits, end_logits, windows, max_answer_length, n_best)
+    the exact maximum over every valid span."""
+    ranked = n_best_answers(start_logits, end_logits, windows, max_answer_length, n_best=1)
     return {qid: answers[0] for qid, answers in ranked.items()}
 
 

@@ -30,8 +30,8 @@ TASK_RECORD = "task.json"
 def _save_tokenizer(workdir: pathlib.Path, tokenizer: Any) -> dict[str, Any] | None:
     """Copy the tokenizer's files into `workdir`; the record's tokenizer part (None for a
     tokenizer that has no files, e.g. the character input of bilm-tf weights)."""
-    from bertjax.data.bpe import ByteLevelBPE
-    from bertjax.data.wordpiece import WordPieceVocabulary
+    from bertjax.tokenizers.bpe import ByteLevelBPE
+    from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
     if isinstance(tokenizer, WordPieceVocabulary):
         target = workdir / "vocab.txt"

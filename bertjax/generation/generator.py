@@ -18,11 +18,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from bertjax.data.bpe import END_OF_TEXT, ByteLevelBPE
 from bertjax.generation import scoring
 from bertjax.generation.decode import check_fits, generate_ids, left_pad
 from bertjax.generation.sampling import GenerationError, Sampling
 from bertjax.models.gpt import GptConfig, GptLM, abstract_params
+from bertjax.tokenizers.bpe import END_OF_TEXT, ByteLevelBPE
 from bertjax.training.checkpoint import TrainedModel, load_trained
 from bertjax.training.workdir import tokenizer_file
 

@@ -25,9 +25,9 @@ import numpy as np
 
 from bertjax import files
 from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
-from bertjax.data.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
 from bertjax.models import elmo
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations, zero_carry
+from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
 from bertjax.training.checkpoint import load_trained
 from bertjax.training.workdir import tokenizer_file
 

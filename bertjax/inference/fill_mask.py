@@ -19,10 +19,10 @@ import jax
 import numpy as np
 
 from bertjax.convert.hf_bert import param_template
-from bertjax.data.pipeline import BertPretrainingSource
-from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.objectives.pretraining import bert_pretraining
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
 

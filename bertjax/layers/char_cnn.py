@@ -4,7 +4,7 @@
       -> for each (width w, n filters): conv over characters, max over positions, activation
       -> concat [B, T, sum n] -> highway layers -> linear projection [B, T, P]
 
-Character ids follow bilm-tf's inference numbering (see `bertjax.data.elmo_vocab`): 0 marks a
+Character ids follow bilm-tf's inference numbering (see `bertjax.tokenizers.elmo_vocab`): 0 marks a
 padded token, UTF-8 bytes are 1..256, then begin/end of sentence, begin/end of word and the
 in-word padding character. Words are cut to C characters by the data pipeline, so any word
 fits. Parameter shapes match bilm-tf's `char_embed`, `CNN/W_cnn_i`, `CNN_high_i`, `CNN_proj`.

@@ -2,7 +2,7 @@
 
     loss = (NLL_forward + NLL_backward) / 2,   perplexity per direction = exp(NLL_direction)
 
-Two batch layouts (see `bertjax.data.elmo_tasks`):
+Two batch layouts (see `bertjax.data.elmo.examples`):
   * sentences: token_ids [B, T] (<S> w_1 .. w_n </S>, padded), lengths [B], char_ids
     [B, T, C]. The forward direction predicts token t+1 at t, the backward one token t-1.
   * stream (truncated BPTT): token_ids / next_token_ids windows of the text, reverse_token_ids

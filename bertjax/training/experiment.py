@@ -6,11 +6,11 @@ step for a TPU topology. gin binds it as `train` (see bertjax/configurables.py).
 """
 
 import dataclasses
-from typing import Any
 
 import optax
 
 from bertjax.objectives.objective import Objective
+from bertjax.training.data_source import DataSource
 
 
 @dataclasses.dataclass
@@ -18,7 +18,7 @@ class Experiment:
     """Everything a run needs besides the mesh (see `make_mesh`) and the workdir."""
 
     objective: Objective
-    source: Any  # a data source: prepare / save / vocab_size / feature_spec / batches
+    source: DataSource
     optimizer: optax.GradientTransformation
     batch_size: int  # global, over all hosts
     num_steps: int

@@ -171,7 +171,7 @@ def _check_features(exp: Experiment, seq_length: int) -> None:
     """The data gives every feature the objective reads, with its dtype and rank."""
     wanted = exp.objective.example_batch(1, seq_length)
     given = exp.source.feature_spec(seq_length, exp.batch_size)
-    setting = getattr(exp.source, "setting", "the data source")
+    setting = exp.source.setting
     for name, array in wanted.items():
         if name not in given:
             raise RunError(
@@ -361,7 +361,7 @@ def _train_phase(
     tokens = 0  # padded tokens since the last log
     while step < end_step and not stopped:
         batch = next(batches)
-        tokens += exp.batch_size * _padded_length(exp.source, batch, seq_length)
+        tokens += exp.batch_size * exp.source.padded_length(batch, seq_length)
         state, metrics = trainer.step(state, trainer.device_batch(batch))
         if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
             guards.signals.started()
@@ -387,13 +387,6 @@ def _train_phase(
             writer.flush()
     progress.close()
     return state, position, scalars, stopped
-
-
-def _padded_length(source: Any, batch: Batch, seq_length: int) -> int:
-    """Tokens per row of `batch`: the phase's length, or the length bucket a source that
-    buckets its batches (see data/length_buckets.py) cut this one to."""
-    buckets = getattr(source, "buckets", None)
-    return batch[buckets.token_features[0]].shape[-1] if buckets else seq_length
 
 
 class _Evaluation:

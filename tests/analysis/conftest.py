@@ -5,7 +5,7 @@ import pathlib
 import pytest
 
 from bertjax.convert.hf_bert import load_hf_bert
-from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 
 @pytest.fixture(scope="session")

@@ -81,7 +81,7 @@ def gpt_run(wikitext_valid, tmp_path_factory):
 
 
 def bert_inputs(vocab_file, texts, lower_case=True):
-    from bertjax.data.wordpiece import WordPieceVocabulary
+    from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
     vocab = WordPieceVocabulary(vocab_file, lower_case=lower_case)
     rows = [[vocab.cls_id, *vocab.encode(t)[:30], vocab.sep_id] for t in texts]
@@ -124,7 +124,7 @@ def test_bert_pretraining_exports_as_bert_for_pretraining(bert_run, tmp_path):
 
 def test_exported_wordpiece_gives_bertjax_ids_on_every_wikitext_line(bert_run, wikitext_valid,
                                                                      tmp_path):
-    from bertjax.data.wordpiece import WordPieceVocabulary
+    from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
     out = exported(bert_run, tmp_path / "hf")
     theirs = transformers.AutoTokenizer.from_pretrained(out)
@@ -197,7 +197,7 @@ def classifier_run(bert_run, agnews_dir, tmp_path_factory):
 
 
 def test_fine_tuned_classifier_exports_with_its_labels(classifier_run, tmp_path):
-    from bertjax.finetune.bert import BertHead
+    from bertjax.finetune.heads.bert import BertHead
     from bertjax.training.workdir import model_config, read_record
 
     out = exported(classifier_run, tmp_path / "hf")
@@ -222,8 +222,8 @@ def test_fine_tuned_classifier_exports_with_its_labels(classifier_run, tmp_path)
 
 
 def test_gpt2_exports_as_gpt2_lm_head_model(gpt_run, wikitext_valid, tmp_path):
-    from bertjax.data.bpe import ByteLevelBPE
     from bertjax.models.gpt import GptLM
+    from bertjax.tokenizers.bpe import ByteLevelBPE
     from bertjax.training.workdir import model_config, read_record
 
     out = exported(gpt_run, tmp_path / "hf")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bertjax.data.bpe import learn_bpe
+from bertjax.tokenizers.bpe import learn_bpe
 from tests.in_process import run_tool
 from tests.process_env import process_env
 

@@ -159,7 +159,8 @@ def test_help_prints_the_description_and_the_tools_flags(script):
     own_flag = {"bertjax-train": "--workdir", "bertjax-compile": "--jobs",
                 "bertjax-generate": "--prompt", "bertjax-embed": "--input",
                 "bertjax-finetune": "--init", "bertjax-fill-mask": "--checkpoint",
-                "bertjax-report": "--out", "bertjax-export": "--format"}
+                "bertjax-report": "--out", "bertjax-export": "--format",
+                "bertjax-glue": "--glue_dir"}
     assert script in own_flag, f"name a flag of {script} here"
     assert own_flag[script] in result.stdout
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from bertjax.convert.elmo_hdf5 import WeightFileError, load_bilm_hdf5, save_bilm_hdf5
-from bertjax.data.elmo_vocab import sentence_char_ids
 from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.elmo import ElmoBiLM
+from bertjax.tokenizers.elmo_vocab import sentence_char_ids
 
 tf = pytest.importorskip("tensorflow")
 

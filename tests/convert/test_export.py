@@ -15,7 +15,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from bertjax.convert import export, hf_bert, hf_gpt, scan
-from bertjax.finetune.bert import BertHead
+from bertjax.finetune.heads.bert import BertHead
 from bertjax.models.bert import bert_config
 from bertjax.models.gpt import GptLM, abstract_params, gpt_config
 
@@ -244,8 +244,8 @@ def test_a_gpt_fine_tuning_head_exports_its_gpt_with_the_task_tokens(tmp_path):
     tokens the ids the fine-tuning used."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from bertjax.data.bpe import learn_bpe
-    from bertjax.finetune.gpt_inputs import SpecialTokens
+    from bertjax.finetune.heads.gpt import SpecialTokens
+    from bertjax.tokenizers.bpe import learn_bpe
 
     bpe = learn_bpe(["the cat sat on the mat", "a dog ran in the park"] * 20, 300)
     bpe.save(tmp_path)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bertjax.data.bpe import END_OF_TEXT, BpeError, ByteLevelBPE, bytes_to_unicode, learn_bpe
+from bertjax.tokenizers.bpe import END_OF_TEXT, BpeError, ByteLevelBPE, bytes_to_unicode, learn_bpe
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog. It's 2024, isn't it?",
@@ -65,7 +65,7 @@ def test_mismatched_files_fail_with_one_line(bpe, tmp_path):
 
 def test_seqio_vocabulary_tf_path_matches_python(bpe):
     tf = pytest.importorskip("tensorflow")
-    from bertjax.data.bpe_vocab import ByteLevelBPEVocabulary
+    from bertjax.tokenizers.bpe_vocab import ByteLevelBPEVocabulary
 
     vocab = ByteLevelBPEVocabulary(bpe)
     assert vocab.vocab_size == 300 and vocab.eos_id == bpe.eos_id

@@ -5,8 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from bertjax.data.elmo_pipeline import ElmoSource
-from bertjax.data.elmo_tasks import (
+from bertjax.data.elmo.examples import (
     DataError,
     _epoch_stream,
     encode_corpus,
@@ -14,7 +13,8 @@ from bertjax.data.elmo_tasks import (
     iterate_stream,
     sentence_pieces,
 )
-from bertjax.data.elmo_vocab import (
+from bertjax.data.elmo.source import ElmoSource
+from bertjax.tokenizers.elmo_vocab import (
     BOS,
     EOS,
     ElmoVocabulary,

@@ -14,16 +14,16 @@ import pathlib
 import numpy as np
 import pytest
 
-from bertjax.data import labelled_tfds
-from bertjax.data.labelled import (
+from bertjax.finetune.examples import (
     ChoiceExample,
     QaExample,
     TaggedSentence,
     TaskDataError,
     TextExample,
-    check_labels,
-    read_task,
 )
+from bertjax.finetune.readers import tfds as labelled_tfds
+from bertjax.finetune.task import check_labels
+from bertjax.finetune.tasks import get_task, read_task
 from tests.conftest import shared_file
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
@@ -157,6 +157,7 @@ def test_conll2003_excerpt():
     assert all(isinstance(s, TaggedSentence) for s in sentences)
     assert [len(s.tokens) for s in sentences] == [11, 2, 35, 37, 7, 2, 14]  # 2 -DOCSTART-s
     assert [s.id for s in sentences] == [str(i) for i in range(7)]
+    assert [s.document for s in sentences] == [0, 0, 0, 0, 1, 1, 1]  # -DOCSTART- starts one
     assert sentences[0].tokens[:3] == ("CRICKET", "-", "LEICESTERSHIRE")
     assert sentences[0].tags[:3] == ("O", "O", "B-ORG")  # the last column: NER, not chunk
     assert sentences[2].tags[:5] == ("B-MISC", "I-MISC", "O", "B-PER", "I-PER")
@@ -338,8 +339,8 @@ CONLL_NER = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC"
 
 
 def from_tfds(name, task_type, names=None, **kwargs):
-    return labelled_tfds.examples_from_tfds(BUILDER_SHAPED[name], task_type, names or {},
-                                            where=f"tfds:{name}:x", **kwargs)
+    return labelled_tfds.examples_from_tfds(BUILDER_SHAPED[name], get_task(task_type).reading,
+                                            names or {}, where=f"tfds:{name}:x", **kwargs)
 
 
 def test_tfds_text_examples_from_builder_shaped_dicts():
@@ -393,7 +394,8 @@ def test_tfds_missing_dataset_is_one_line(tmp_path, capsys, caplog):
                    "prepare it with `tfds build no_such_dataset_xyz`")
     with caplog.at_level(logging.WARNING):  # a known builder whose data is not prepared
         one_line_error(capsys, lambda: labelled_tfds.read_tfds(
-            "tfds:glue/sst2:validation", "classification", data_dir=str(tmp_path)),
+            "tfds:glue/sst2:validation", get_task("classification").reading,
+            data_dir=str(tmp_path)),
             "tfds:glue/sst2:validation", "split 'validation'", "could not find data",
             "prepare it with `tfds build glue/sst2`")
     assert not caplog.records, "TFDS's own warnings are not shown"

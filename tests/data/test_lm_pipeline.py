@@ -3,7 +3,12 @@
 import numpy as np
 import pytest
 
-from bertjax.data.lm import LmPretrainingSource, iterate_lm_examples, num_chunks, pack_documents
+from bertjax.data.gpt.source import (
+    LmPretrainingSource,
+    iterate_lm_examples,
+    num_chunks,
+    pack_documents,
+)
 from bertjax.data.source import DataError
 
 DOCS = ["First document. It has two sentences.", "Second one\nhas a line break.",

@@ -6,7 +6,7 @@ import types
 import numpy as np
 import pytest
 
-from bertjax.data.masking import (
+from bertjax.data.bert.masking import (
     SpecialIds,
     continuation_mask,
     counter_bits,
@@ -14,7 +14,7 @@ from bertjax.data.masking import (
     num_to_predict,
     random_token_ids,
 )
-from bertjax.data.nsp import Corpus, Instances, pack, plan_instances
+from bertjax.data.bert.nsp import Corpus, Instances, pack, plan_instances
 
 MAX_SEQ_LENGTH = 128
 MAX_PREDICTIONS = 20

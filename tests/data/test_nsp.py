@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from bertjax.data.masking import SpecialIds
-from bertjax.data.nsp import (
+from bertjax.data.bert.masking import SpecialIds
+from bertjax.data.bert.nsp import (
     IS_NEXT,
     RANDOM_NEXT,
     Corpus,

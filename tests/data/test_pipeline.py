@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import seqio
 
-from bertjax.data.pipeline import (
+from bertjax.data.bert.source import (
     BertPretrainingSource,
     default_max_predictions,
     group_bounds,

@@ -13,9 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from bertjax.data.masking import SpecialIds, continuation_mask
-from bertjax.data.nsp import Corpus
-from bertjax.data.pretraining import (
+from bertjax.data.bert.instances import (
     PretrainingConfig,
     StaticStream,
     StaticTable,
@@ -24,6 +22,8 @@ from bertjax.data.pretraining import (
     iterate_examples,
     make_stream,
 )
+from bertjax.data.bert.masking import SpecialIds, continuation_mask
+from bertjax.data.bert.nsp import Corpus
 
 NUM_EXAMPLES = 20_000
 SPECIAL_IDS = (0, 2, 3, 4)  # pad, cls, sep, mask; 1 is [UNK]

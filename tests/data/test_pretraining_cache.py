@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from bertjax.data import pretraining_cache
-from bertjax.data.pipeline import BertPretrainingSource
-from bertjax.data.pretraining_cache import Settings, parse_settings, task_name
+from bertjax.data.bert import cache as pretraining_cache
+from bertjax.data.bert.cache import Settings, parse_settings, task_name
+from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.data.source import DataError
 
 LENGTH, BATCH = 64, 32

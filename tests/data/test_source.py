@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from bertjax.data import source as source_lib
+from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.data.corpora import CorpusError
-from bertjax.data.elmo_pipeline import ElmoSource
-from bertjax.data.lm import LmPretrainingSource
-from bertjax.data.pipeline import BertPretrainingSource
+from bertjax.data.elmo.source import ElmoSource
+from bertjax.data.gpt.source import LmPretrainingSource
 from bertjax.data.source import DataError
 
 # (class, a small and a larger learned vocabulary size)

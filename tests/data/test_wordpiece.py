@@ -8,8 +8,8 @@ import unicodedata
 import pytest
 import tensorflow as tf
 
-from bertjax.data import wordpiece
-from bertjax.data.wordpiece import WordPieceVocabulary
+from bertjax.tokenizers import wordpiece
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """BERT fine-tuning from the real MiniLM checkpoint at the model level: the span head learns
-extractive QA, best spans, and last-four-layer features equal to transformers' hidden states.
+extractive QA (decoded by SQuAD's decoder, bertjax.finetune.qa, which a brute force checks),
+and last-four-layer features equal to transformers' hidden states.
 
 Classification, pairs, regression, tagging and multiple choice learn through the full
 bertjax-finetune path in tests/finetune/test_tasks.py and tests/cli/test_finetune.py."""
@@ -11,15 +12,11 @@ import numpy as np
 import pytest
 
 from bertjax.convert.hf_bert import load_hf_bert
-from bertjax.data.wordpiece import WordPieceVocabulary
-from bertjax.finetune.bert import (
-    FeatureSpec,
-    bert_finetuning,
-    best_spans,
-    extract_features,
-    with_pretrained_encoder,
-)
+from bertjax.finetune import qa
+from bertjax.finetune.heads.bert import bert_finetuning, with_pretrained_encoder
+from bertjax.finetune.heads.bert_features import FeatureSpec, extract_features
 from bertjax.models.bert import BertModel
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
@@ -58,6 +55,21 @@ def encode(vocab, first, second=None):
         ids, segments = ids + tail, segments + [1] * len(tail)
     pad = SEQ - len(ids)
     return ids + [0] * pad, segments + [0] * pad, [1] * len(ids) + [0] * pad
+
+
+def best_spans(start_BxL, end_BxL, context_BxL, max_answer_length):
+    """[B, 2] (first, last) token of each row's best span over its context tokens, as the
+    SQuAD decoder finds it: each context token stands for one character of a fake context."""
+    length = start_BxL.shape[1]
+    windows = []
+    for b, context in enumerate(context_BxL):
+        offsets = np.full((length, 2), -1, np.int32)
+        positions = np.flatnonzero(context)
+        offsets[positions] = np.stack([positions, positions + 1], -1)
+        windows.append(qa.QaWindow(str(b), "x" * length, offsets, context.astype(bool)))
+    best = qa.best_answers(start_BxL, end_BxL, windows, max_answer_length)
+    return np.array([[best[str(b)].char_span[0], best[str(b)].char_span[1] - 1]
+                     for b in range(len(windows))])
 
 
 def stack(rows):
@@ -112,18 +124,21 @@ def test_extractive_qa_finds_the_asked_word(pretrained, vocab, sentences):
             held["input_mask"],
         )
     )
-    spans = best_spans(outputs[..., 0], outputs[..., 1], max_answer_length=8)
+    context = (held["segment_ids"] == 1) & (held["input_ids"] != vocab.sep_id)
+    spans = best_spans(outputs[..., 0], outputs[..., 1], context, max_answer_length=8)
     exact = np.mean((spans[:, 0] == held["start_position"]) & (spans[:, 1] == held["end_position"]))
     assert exact >= 0.7, exact
 
 
-def test_best_spans_matches_brute_force():
+def test_the_squad_decoder_finds_the_brute_force_best_span():
     rng = np.random.default_rng(0)
     start, end = rng.normal(size=(5, 12)), rng.normal(size=(5, 12))
-    spans = best_spans(start, end, max_answer_length=4)
+    context = np.ones((5, 12), bool)
+    context[:, :2] = False  # [CLS] and a question token: never part of an answer
+    spans = best_spans(start, end, context, max_answer_length=4)
     for b in range(5):
         best = max(
-            ((i, j) for i in range(12) for j in range(i, min(12, i + 4))),
+            ((i, j) for i in range(2, 12) for j in range(i, min(12, i + 4))),
             key=lambda ij: start[b, ij[0]] + end[b, ij[1]],
         )
         assert tuple(spans[b]) == best

@@ -13,28 +13,28 @@ import numpy as np
 import pytest
 
 from bertjax.convert.hf_bert import load_hf_bert
-from bertjax.data.arrays import ArraySource
-from bertjax.data.elmo_vocab import BOS, EOS, UNK, learn_vocabulary, tokenize
-from bertjax.data.wordpiece import WordPieceVocabulary, basic_tokenize
-from bertjax.finetune.bert import with_pretrained_encoder
-from bertjax.finetune.elmo import FROZEN as ELMO_FROZEN
-from bertjax.finetune.elmo import (
+from bertjax.finetune.arrays import ArraySource
+from bertjax.finetune.heads.bert import with_pretrained_encoder
+from bertjax.finetune.heads.bert_features import (
+    COMBINES,
+    BertFeatureTagger,
+    bert_feature_objective,
+    feature_size,
+)
+from bertjax.finetune.heads.bert_features import FROZEN as BERT_FROZEN
+from bertjax.finetune.heads.elmo import FROZEN as ELMO_FROZEN
+from bertjax.finetune.heads.elmo import (
     TASKS,
     ElmoTaskSettings,
     elmo_task_objective,
     mix_weights,
     with_pretrained_bilm,
 )
-from bertjax.finetune.features import (
-    COMBINES,
-    BertFeatureTagger,
-    bert_feature_objective,
-    feature_size,
-)
-from bertjax.finetune.features import FROZEN as BERT_FROZEN
 from bertjax.layers.bilstm import BiLstmEncoder
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.models.elmo import abstract_params, elmo_config
+from bertjax.tokenizers.elmo_vocab import BOS, EOS, UNK, learn_vocabulary, tokenize
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary, basic_tokenize
 from bertjax.training.experiment import Experiment
 from bertjax.training.loop import build_trainer, run
 from bertjax.training.mesh import make_mesh
@@ -161,7 +161,8 @@ def test_frozen_subtree_is_unchanged_and_has_no_optimizer_state(family):
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("settings", [
     ElmoTaskSettings(),
-    ElmoTaskSettings(placement="input_output", word_embed_dim=8, layer_norm=True, num_layers=2),
+    ElmoTaskSettings(placement="input_output", word_embed_dim=8, word_vocab_size=20,
+                     layer_norm=True, num_layers=2),
     ElmoTaskSettings(top_layer_only=True),
 ], ids=["input", "input_output", "top_only"])
 def test_elmo_task_shapes_for_every_task_and_setting(task, settings):
@@ -169,13 +170,14 @@ def test_elmo_task_shapes_for_every_task_and_setting(task, settings):
     num_labels = 1 if task.endswith("regress") else 3
     objective = elmo_task_objective(config, task, num_labels, settings)
     batch = objective.example_batch(2, 6)
-    assert ("token_ids" in batch) == bool(settings.word_embed_dim)
+    assert ("word_ids" in batch) == bool(settings.word_embed_dim)  # [x_k; ELMo_k]
+    assert "token_ids" not in batch  # a char-CNN biLM reads characters
     assert ("char_ids_b" in batch) == task.startswith("pair_")
     variables = jax.eval_shape(objective.init_variables, jax.random.key(0), batch)
     params = nn.unbox(variables["params"])
     assert params["bilm"]["softmax_kernel"].shape == (1, config.proj_size)  # no real softmax
-    if settings.word_embed_dim:  # the biLM's words, not the stand-in softmax's one row
-        assert params["word_embed"]["embedding"].shape == (config.vocab_size, 8)
+    if settings.word_embed_dim:  # the task's own words
+        assert params["word_embed"]["embedding"].shape == (20, 8)
     mixes = {m for m in ("input_mix", "output_mix") if m in params}
     expected = {"input": {"input_mix"}, "input_output": {"input_mix", "output_mix"}}
     assert mixes == (set() if settings.top_layer_only else expected[settings.placement])
@@ -193,6 +195,8 @@ def test_elmo_task_refuses_bad_settings():
         elmo_task_objective(tiny_elmo(), "regress", 3)
     with pytest.raises(ValueError, match="placement"):
         ElmoTaskSettings(placement="output")
+    with pytest.raises(ValueError, match="word_vocab_size"):
+        ElmoTaskSettings(word_embed_dim=8)
 
 
 def random_like(abstract, seed):

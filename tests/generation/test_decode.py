@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.data.bpe import learn_bpe
 from bertjax.generation.decode import check_fits, generate_ids, left_pad
 from bertjax.generation.generator import Generator
 from bertjax.generation.prompts import qa_prompt, tldr_prompt
 from bertjax.generation.sampling import GREEDY, GenerationError, Sampling
 from bertjax.models.gpt import GptLM, gpt_config
+from bertjax.tokenizers.bpe import learn_bpe
 
 # A large init std makes the random model's logits decisive: greedy choices are not near-ties.
 CONFIG = gpt_config("gpt2_tiny", vocab_size=300, max_position_embeddings=32, num_layers=2,

@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from bertjax.data.bpe import learn_bpe
 from bertjax.generation.generator import Generator
 from bertjax.generation.prompts import TRANSLATION_EXAMPLES, translate, translation_prompt
 from bertjax.models.gpt import GptLM, gpt_config
+from bertjax.tokenizers.bpe import learn_bpe
 
 QUERY = ("The book is on the table.", "Le livre est sur la table.")
 # The parallel text: every example pair, then the query's pair, one "english = french" a line.

@@ -5,7 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.data.elmo_vocab import (
+from bertjax.layers.char_cnn import CharCnnEncoder
+from bertjax.layers.highway import Highway
+from bertjax.tokenizers.elmo_vocab import (
     BOS,
     BOW_CHAR,
     EOS,
@@ -14,8 +16,6 @@ from bertjax.data.elmo_vocab import (
     sentence_char_ids,
     word_char_ids,
 )
-from bertjax.layers.char_cnn import CharCnnEncoder
-from bertjax.layers.highway import Highway
 
 FILTERS = ((1, 4), (2, 4), (3, 8))
 

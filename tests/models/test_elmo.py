@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.data.elmo_pipeline import ElmoSource
-from bertjax.data.elmo_vocab import sentence_char_ids
+from bertjax.data.elmo.source import ElmoSource
 from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.elmo import ElmoBiLM, elmo_config, zero_carry
 from bertjax.objectives.bilm import elmo_pretraining
+from bertjax.tokenizers.elmo_vocab import sentence_char_ids
 from bertjax.training.experiment import Experiment
 from bertjax.training.loop import build_trainer, run
 from bertjax.training.mesh import make_mesh

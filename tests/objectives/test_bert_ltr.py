@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bertjax.data.masking import SpecialIds
-from bertjax.data.nsp import Corpus
-from bertjax.data.pretraining import PretrainingConfig, iterate_examples
-from bertjax.finetune.bert import BertHead
+from bertjax.data.bert.instances import PretrainingConfig, iterate_examples
+from bertjax.data.bert.masking import SpecialIds
+from bertjax.data.bert.nsp import Corpus
+from bertjax.finetune.heads.bert import BertHead
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.objectives.pretraining import bert_ltr_pretraining, next_token_positions
 

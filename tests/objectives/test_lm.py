@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax.data.lm import LmPretrainingSource
+from bertjax.data.gpt.source import LmPretrainingSource
 from bertjax.models.gpt import gpt_config
 from bertjax.objectives.lm import gpt_pretraining, lm_loss
 from bertjax.training.loop import build_trainer

@@ -9,7 +9,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from bertjax.data.elmo_pipeline import ElmoSource
+from bertjax.data.elmo.source import ElmoSource
 from bertjax.models.elmo import elmo_config
 from bertjax.objectives.bilm import elmo_pretraining
 from bertjax.training.experiment import Experiment

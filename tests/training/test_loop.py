@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from bertjax.data.pipeline import BertPretrainingSource
+from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.models.bert import bert_config
 from bertjax.objectives.pretraining import bert_pretraining
 from bertjax.training.checkpoint import Checkpointer

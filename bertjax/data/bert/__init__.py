@@ -1,0 +1,1 @@
+"""BERT's pretraining examples: sentence pairs with masked tokens (and the NSP label)."""

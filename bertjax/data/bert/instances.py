@@ -1,0 +1,412 @@
+"""BERT pretraining examples: sentence pairs (nsp.py) masked for MLM (masking.py), in numpy blocks.
+
+Every example is a dict of fixed-shape arrays (see `feature_spec`) and a pure function of the
+seed and its global index: a stream's `examples(indices)` builds any set of examples at once
+(pairs packed and masked for the whole block in a few numpy calls), so resuming at index N or
+reading one host's share costs nothing for the examples skipped.
+
+- dynamic masking (default, as RoBERTa): an endless stream of epochs. Epoch e plans sentence
+  pairs over all documents with rng (seed, e) and shuffles the epoch's instances with it;
+  global example i is masked with the counter-based bits of (seed, i).
+- static masking (google-research/bert's create_pretraining_data.py): `dupe_factor` passes
+  over the documents create a fixed table of instances, each with a fixed mask. The corpus
+  is split into `static_groups` contiguous groups of documents, each paired within itself as
+  the reference does per input file; row r of group g is masked with the bits of (seed, g, r)
+  and pass p of group g is planned with rng (seed, g, p). Epoch e visits the groups in a
+  shuffled order and each group's rows in a shuffled order (`StaticOrder`), so a reader
+  that holds one group at a time (a seqio cache of the groups, `pretraining_cache`) yields
+  exactly these examples.
+- no masking (`masking='none'`): the dynamic stream with the inputs left as they are and no
+  masked-LM targets (weights 0), for objectives that predict every token
+  (`bert_ltr_pretraining`, the left-to-right ablation).
+
+Multi-host: process p of P yields the global examples i with (i // block_size) % P == p, so
+the shards are disjoint, their union is the single-process stream, and with block_size = the
+per-host batch each global batch holds the same examples in the same order for any P.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Literal, Protocol
+
+import numpy as np
+
+from bertjax.data.bert.masking import MaskedTokens, SpecialIds, mask_block
+from bertjax.data.bert.nsp import Corpus, Instances, check_corpus, pack, plan_instances
+
+# Stream tags: separate random numbers for each use of the seed.
+_EPOCH, _MASK, _STATIC_PASS, _STATIC_ORDER, _STATIC_MASK, _STATIC_ROW_ORDER = range(6)
+_ROW_BITS = 40  # a static mask key is (group << 40) + row
+BLOCK_EXAMPLES = 512  # examples built per call when iterating
+
+Example = dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainingConfig:
+    """How pretraining examples are built; defaults are BERT's (Devlin et al. 2018)."""
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    nsp: bool = True  # False: single-segment examples (the paper's no-NSP ablation), label 0
+    whole_word_masking: bool = False
+    dupe_factor: int = 10  # static masking only: passes over the corpus
+    masking: Literal["dynamic", "static", "none"] = "dynamic"
+    static_groups: int = 1  # static masking only: document groups paired on their own
+
+    def __post_init__(self) -> None:
+        min_length = 5 if self.nsp else 3
+        checks = [
+            (self.masking in ("dynamic", "static", "none"),
+             "masking must be 'dynamic', 'static' or 'none'"),
+            (self.max_seq_length >= min_length, f"max_seq_length must be >= {min_length}"),
+            (self.max_predictions_per_seq >= 1, "max_predictions_per_seq must be >= 1"),
+            (0 < self.masked_lm_prob <= 1, "masked_lm_prob must be in (0, 1]"),
+            (0 <= self.short_seq_prob <= 1, "short_seq_prob must be in [0, 1]"),
+            (self.dupe_factor >= 1, "dupe_factor must be >= 1"),
+            (self.static_groups >= 1, "static_groups must be >= 1"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"PretrainingConfig: {message}; got {self}")
+
+
+def feature_spec(config: PretrainingConfig) -> dict[str, tuple[tuple[int, ...], type]]:
+    """Shape and dtype of every feature of an example."""
+    length, predictions = (config.max_seq_length,), (config.max_predictions_per_seq,)
+    return {
+        "input_ids": (length, np.int32),
+        "input_mask": (length, np.int32),
+        "segment_ids": (length, np.int32),
+        "masked_lm_positions": (predictions, np.int32),
+        "masked_lm_ids": (predictions, np.int32),
+        "masked_lm_weights": (predictions, np.float32),
+        "next_sentence_label": ((), np.int32),
+    }
+
+
+def _rng(seed: int, *counters: int) -> np.random.Generator:
+    return np.random.default_rng((seed, *counters))
+
+
+def _plan(corpus: Corpus, config: PretrainingConfig, rng: np.random.Generator,
+          documents: tuple[int, int] | None = None) -> Instances:
+    return plan_instances(corpus, rng, max_seq_length=config.max_seq_length,
+                          short_seq_prob=config.short_seq_prob, nsp=config.nsp,
+                          documents=documents)
+
+
+def make_examples(corpus: Corpus, instances: Instances, special: SpecialIds,
+                  config: PretrainingConfig, masking: tuple[int, int, np.ndarray],
+                  is_continuation: np.ndarray | None = None) -> Example:
+    """Packs a table of instances and masks row b with `masking` = (seed, stream, keys)."""
+    input_ids, input_mask, segment_ids = pack(corpus, instances, special, config.max_seq_length)
+    seed, stream, keys = masking
+    if config.masking == "none":
+        no_targets = np.zeros((len(input_ids), config.max_predictions_per_seq), np.int32)
+        masked = MaskedTokens(input_ids, no_targets, no_targets, no_targets.astype(np.float32))
+    else:
+        masked = mask_block(input_ids, special, seed, stream, keys,
+                            masked_lm_prob=config.masked_lm_prob,
+                            max_predictions_per_seq=config.max_predictions_per_seq,
+                            is_continuation=is_continuation)
+    return {
+        "input_ids": masked.input_ids,
+        "input_mask": input_mask,
+        "segment_ids": segment_ids,
+        "masked_lm_positions": masked.masked_lm_positions,
+        "masked_lm_ids": masked.masked_lm_ids,
+        "masked_lm_weights": masked.masked_lm_weights,
+        "next_sentence_label": instances.label.astype(np.int32),
+    }
+
+
+def assemble(parts: Sequence[tuple[np.ndarray, Example]], size: int) -> Example:
+    """One block of `size` examples from parts (where, examples): part examples go to `where`."""
+    if len(parts) == 1:
+        return parts[0][1]
+    first = parts[0][1]
+    block = {key: np.empty((size, *value.shape[1:]), value.dtype) for key, value in first.items()}
+    for where, examples in parts:
+        for key, value in examples.items():
+            block[key][where] = value
+    return block
+
+
+class _Lru(collections.OrderedDict):
+    """The last few values of an expensive function of a key."""
+
+    def __init__(self, size: int, compute: Callable) -> None:
+        super().__init__()
+        self.size, self.compute = size, compute
+
+    def get_value(self, key: object) -> object:
+        if key in self:
+            self.move_to_end(key)
+        else:
+            self[key] = self.compute(key)
+            while len(self) > self.size:
+                self.popitem(last=False)
+        return self[key]
+
+
+def _runs(values: np.ndarray) -> Iterator[tuple[object, np.ndarray]]:
+    """(value, positions) of each distinct value of `values`, in order of first appearance."""
+    unique, first = np.unique(values, return_index=True)
+    for value in unique[np.argsort(first)]:
+        yield value, np.flatnonzero(values == value)
+
+
+class Stream(Protocol):
+    def examples(self, indices: np.ndarray) -> Example:
+        """The examples at these increasing global indices, as one block."""
+
+
+class DynamicStream:
+    """Dynamic masking: endless epochs of freshly paired, shuffled instances.
+
+    The next epoch is planned in a background thread while this one is served.
+    """
+
+    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
+                 seed: int, is_continuation: np.ndarray | None = None) -> None:
+        self.corpus, self.special, self.config, self.seed = corpus, special, config, seed
+        self.is_continuation = is_continuation
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="plan-epoch")
+        self._epochs = _Lru(3, lambda epoch: self._pool.submit(self._plan_epoch, epoch))
+        self._starts = [0]  # global index of the first example of epochs 0, 1, ...
+
+    def _plan_epoch(self, epoch: int) -> Instances:
+        rng = _rng(self.seed, _EPOCH, epoch)
+        instances = _plan(self.corpus, self.config, rng)
+        if len(instances.doc) == 0:
+            raise ValueError("the corpus gives no pretraining instances: check the input files")
+        return instances.take(rng.permutation(len(instances.doc)))
+
+    def epoch(self, epoch: int) -> Instances:
+        """The instances of epoch `epoch`, in the order they are served."""
+        return self._epochs.get_value(epoch).result()
+
+    def epoch_of(self, indices: np.ndarray) -> np.ndarray:
+        """Epoch of each global index (planning the epochs before it, to count them)."""
+        while self._starts[-1] <= indices.max(initial=0):
+            epoch = len(self._starts) - 1
+            self._starts.append(self._starts[-1] + len(self.epoch(epoch).doc))
+        return np.searchsorted(self._starts, indices, side="right") - 1
+
+    def examples(self, indices: np.ndarray) -> Example:
+        indices = np.asarray(indices, np.int64)
+        parts, epochs = [], self.epoch_of(indices)
+        for epoch, where in _runs(epochs):
+            rows = indices[where] - self._starts[epoch]
+            parts.append((where, make_examples(
+                self.corpus, self.epoch(int(epoch)).take(rows), self.special, self.config,
+                (self.seed, _MASK, indices[where]), self.is_continuation)))
+        self._epochs.get_value(int(epochs[-1]) + 1)  # plan the next epoch meanwhile
+        return assemble(parts, len(indices))
+
+
+class StaticOrder:
+    """Where global example i of static masking reads: row `rows[i]` of group `groups[i]`.
+
+    Epoch e = i // N (N rows in all) visits the groups in the order of a permutation drawn
+    with rng (seed, e), and the rows of group g in a permutation drawn with rng (seed, e, g).
+    """
+
+    def __init__(self, seed: int, group_sizes: Sequence[int]) -> None:
+        self.seed = seed
+        self.sizes = np.asarray(group_sizes, np.int64)
+        self.total = int(self.sizes.sum())
+        if self.total == 0:
+            raise ValueError("static masking has no instances: check the corpus")
+        self._layouts = _Lru(2, self._layout)
+        self._row_orders = _Lru(4, self._row_order)
+
+    def _layout(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(group order, start of each of its groups within the epoch)."""
+        groups = _rng(self.seed, _STATIC_ORDER, epoch).permutation(len(self.sizes))
+        return groups, np.concatenate([[0], np.cumsum(self.sizes[groups])])
+
+    def _row_order(self, key: tuple[int, int]) -> np.ndarray:
+        epoch, group = key
+        return _rng(self.seed, _STATIC_ROW_ORDER, epoch, group).permutation(self.sizes[group])
+
+    def segments(self, epoch: int) -> list[tuple[int, int, int]]:
+        """(group, first, stop) global indices of each group's rows in epoch `epoch`."""
+        groups, starts = self._layouts.get_value(epoch)
+        base = epoch * self.total
+        return [(int(g), base + int(a), base + int(b))
+                for g, a, b in zip(groups, starts[:-1], starts[1:], strict=True) if b > a]
+
+    def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(group, row) of each global index."""
+        indices = np.asarray(indices, np.int64)
+        groups, rows = np.zeros_like(indices), np.zeros_like(indices)
+        for epoch, where in _runs(indices // self.total):
+            order, starts = self._layouts.get_value(int(epoch))
+            position = indices[where] % self.total
+            slot = np.searchsorted(starts, position, side="right") - 1
+            groups[where] = order[slot]
+            offset = position - starts[slot]
+            for group, inner in _runs(groups[where]):
+                permutation = self._row_orders.get_value((int(epoch), int(group)))
+                rows[where[inner]] = permutation[offset[inner]]
+        return groups, rows
+
+
+def static_mask_keys(group: int, rows: np.ndarray) -> np.ndarray:
+    """The masking keys of rows of a group: (group << 40) + row."""
+    return (np.int64(group) << _ROW_BITS) + np.asarray(rows, np.int64)
+
+
+def check_groups(corpus: Corpus, nsp: bool, numbers: Sequence[int] | None = None) -> None:
+    """Raises a one-line ValueError if a static group cannot pair its documents (NSP)."""
+    small = [g for g in range(corpus.num_groups) if np.diff(corpus.group(g))[0] < 2]
+    if nsp and small:
+        group = numbers[small[0]] if numbers is not None else small[0]
+        raise ValueError(
+            f"static group {group} has fewer than 2 documents, too few for random next "
+            "sentences: use fewer static_groups"
+        )
+
+
+class StaticTable:
+    """The fixed instances of static masking, group by group, and their examples.
+
+    Corpus group k is group `numbers[k]` of the static stream (default k): a Beam worker
+    holding one group's documents builds exactly the rows the whole corpus would.
+    """
+
+    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
+                 seed: int, is_continuation: np.ndarray | None = None,
+                 numbers: Sequence[int] | None = None) -> None:
+        self.corpus, self.special, self.config, self.seed = corpus, special, config, seed
+        self.is_continuation = is_continuation
+        self.numbers = list(numbers if numbers is not None else range(corpus.num_groups))
+        check_groups(corpus, config.nsp, self.numbers)
+        self._tables = _Lru(2, self._plan_group)
+
+    def _plan_group(self, k: int) -> tuple[Instances, np.ndarray]:
+        """(instances of corpus group k, pass bounds): pass p of group g uses rng (seed, g, p)."""
+        passes = [_plan(self.corpus, self.config,
+                        _rng(self.seed, _STATIC_PASS, self.numbers[k], dupe), self.corpus.group(k))
+                  for dupe in range(self.config.dupe_factor)]
+        bounds = np.concatenate([[0], np.cumsum([len(p.doc) for p in passes])])
+        return Instances.concatenate(passes), bounds
+
+    def instances(self, k: int) -> Instances:
+        """The instances of corpus group k: its passes one after the other."""
+        return self._tables.get_value(k)[0]
+
+    def size(self, k: int) -> int:
+        return int(self._tables.get_value(k)[1][-1])
+
+    def pass_bounds(self, k: int) -> np.ndarray:
+        """Rows [bounds[p], bounds[p + 1]) of corpus group k come from dupe pass p."""
+        return self._tables.get_value(k)[1]
+
+    def examples(self, k: int, rows: np.ndarray) -> Example:
+        """Rows of corpus group k, packed; row r of group g masked with the bits of (seed, g, r)."""
+        keys = static_mask_keys(self.numbers[k], rows)
+        return make_examples(self.corpus, self.instances(k).take(rows), self.special, self.config,
+                             (self.seed, _STATIC_MASK, keys), self.is_continuation)
+
+
+class StaticStream:
+    """Static masking: the fixed table of `dupe_factor` passes per group, reshuffled per epoch."""
+
+    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
+                 seed: int, is_continuation: np.ndarray | None = None) -> None:
+        self.table = StaticTable(corpus, special, config, seed, is_continuation)
+        self.order = StaticOrder(seed, [self.table.size(g) for g in range(corpus.num_groups)])
+
+    def examples(self, indices: np.ndarray) -> Example:
+        groups, rows = self.order.locate(indices)
+        parts = [(where, self.table.examples(int(g), rows[where])) for g, where in _runs(groups)]
+        return assemble(parts, len(groups))
+
+
+def owned_indices(start: int, process_index: int, process_count: int, block_size: int,
+                  chunk: int = BLOCK_EXAMPLES) -> Iterator[np.ndarray]:
+    """Successive arrays of the global indices >= start with (i // block_size) % count == index.
+
+    Each array holds whole blocks, about `chunk` indices (the first may start mid-block).
+    """
+    block = start // block_size
+    block += (process_index - block) % process_count
+    blocks = max(1, chunk // block_size)
+    within = np.arange(block_size)
+    while True:
+        firsts = (block + process_count * np.arange(blocks)) * block_size  # [blocks]
+        indices = (firsts[:, None] + within).reshape(-1)
+        yield indices[indices >= start]
+        block += process_count * blocks
+
+
+def make_stream(documents: Corpus | Iterable[Sequence[np.ndarray]], special: SpecialIds,
+                config: PretrainingConfig, seed: int,
+                is_continuation: np.ndarray | None = None) -> DynamicStream | StaticStream:
+    """The stream of `config.masking` over tokenized documents (a Corpus or lists of sentences)."""
+    if config.whole_word_masking and is_continuation is None:
+        raise ValueError(
+            "whole_word_masking=True needs is_continuation (True for the vocab's '##' pieces); "
+            "pass it or set whole_word_masking=False"
+        )
+    continuation = is_continuation if config.whole_word_masking else None
+    corpus = documents if isinstance(documents, Corpus) else Corpus(documents)
+    check_corpus(corpus, config.nsp)
+    stream_class = StaticStream if config.masking == "static" else DynamicStream
+    return stream_class(corpus, special, config, seed, continuation)
+
+
+def iterate_blocks(stream: Stream, *, start_index: int = 0, process_index: int = 0,
+                   process_count: int = 1, block_size: int = 1,
+                   chunk: int = BLOCK_EXAMPLES) -> Iterator[Example]:
+    """Endless blocks of this process's examples from global index start_index on.
+
+    This process yields the global examples i >= start_index with (i // block_size) %
+    process_count == process_index: with block_size = the per-host batch, each global batch
+    holds the same examples in the same order whatever the number of hosts.
+    """
+    if not 0 <= process_index < process_count:
+        raise ValueError(
+            f"process_index={process_index} must be in [0, process_count={process_count})"
+        )
+    if start_index < 0:
+        raise ValueError(f"start_index={start_index} must be >= 0")
+    if block_size < 1:
+        raise ValueError(f"block_size={block_size} must be >= 1")
+    for indices in owned_indices(start_index, process_index, process_count, block_size, chunk):
+        yield stream.examples(indices)
+
+
+def iterate_examples(
+    documents: Corpus | Iterable[Sequence[np.ndarray]],
+    special: SpecialIds,
+    config: PretrainingConfig = PretrainingConfig(),
+    *,
+    seed: int = 0,
+    start_index: int = 0,
+    process_index: int = 0,
+    process_count: int = 1,
+    is_continuation: np.ndarray | None = None,
+    block_size: int = 1,
+) -> Iterator[Example]:
+    """Endless stream of this process's examples one by one (see `iterate_blocks`).
+
+    `documents`: a Corpus or lists of sentences, each a 1-D int array of WordPiece ids.
+    `is_continuation` (bool per vocab id, True for '##' pieces) is needed for
+    whole_word_masking and ignored otherwise.
+    """
+    blocks = iterate_blocks(make_stream(documents, special, config, seed, is_continuation),
+                            start_index=start_index, process_index=process_index,
+                            process_count=process_count, block_size=block_size)
+    for block in blocks:
+        for row in range(len(block["input_ids"])):
+            yield {key: value[row] for key, value in block.items()}

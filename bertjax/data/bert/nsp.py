@@ -1,0 +1,265 @@
+"""Sentence-pair instances for BERT pretraining (Devlin et al. 2018, section 3.1 and A.2).
+
+Follows google-research/bert's create_pretraining_data.py on already tokenized documents: a
+chunk of consecutive sentences fills a target length (max_seq_length - 3, or with probability
+`short_seq_prob` a random shorter one), splits at a random sentence into segment A and B; B is
+the real continuation half of the time, otherwise a span of another document (the unused
+sentences of the chunk are put back). The longer segment is cut at a random end until the pair
+fits. Instances are planned on sentence lengths only and hold token ranges, so planning never
+copies tokens; `pack` materializes a block of them.
+
+`plan_instances` walks every document at once: step k builds the k-th instance of each
+document that still has sentences left, with one numpy call per decision for all of them, so a
+corpus of millions of documents costs (longest document's instances) x (a few dozen calls).
+
+Deliberate departures from the reference, all to keep the IsNext label at exactly 50%:
+- the coin is tossed for every pair; an IsNext pair whose chunk holds one sentence takes the
+  next sentence as B (or, at the end of the document, the previous sentence as A);
+- documents of one sentence are never the source of segment A (they cannot give IsNext), only
+  of random next segments;
+- the short target is drawn per instance, not once per document, so 10% of instances are short.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from bertjax.data.bert.masking import SpecialIds
+
+IS_NEXT = 0  # next_sentence_label values, as in google-research/bert
+RANDOM_NEXT = 1
+
+
+class Corpus:
+    """Tokenized documents, flat: every token in one int32 array, plus sentence boundaries.
+
+    Sentence s is tokens[sentence_starts[s]:sentence_starts[s + 1]]; document d holds the
+    sentences doc_sentences[d]:doc_sentences[d + 1]; group g (see `static_groups` of the
+    pretraining config) holds the documents group_docs[g]:group_docs[g + 1]. Empty sentences
+    and documents without any token are dropped (within their group).
+    """
+
+    def __init__(self, documents: Iterable[Sequence[np.ndarray]],
+                 group_sizes: Sequence[int] | None = None) -> None:
+        documents = [[np.asarray(s, np.int32).reshape(-1) for s in doc] for doc in documents]
+        sentences = [s for doc in documents for s in doc]
+        self._build(
+            np.concatenate(sentences) if sentences else np.zeros(0, np.int32),
+            np.array([s.size for s in sentences], np.int64),
+            np.array([len(doc) for doc in documents], np.int64),
+            group_sizes,
+        )
+
+    @classmethod
+    def from_arrays(cls, tokens: np.ndarray, sentence_lengths: np.ndarray,
+                    document_lengths: np.ndarray, group_sizes: Sequence[int] | None = None
+                    ) -> Corpus:
+        """From flat tokens, tokens per sentence and sentences per document (empties allowed)."""
+        corpus = cls.__new__(cls)
+        corpus._build(np.asarray(tokens, np.int32), np.asarray(sentence_lengths, np.int64),
+                      np.asarray(document_lengths, np.int64), group_sizes)
+        return corpus
+
+    def _build(self, tokens: np.ndarray, sentence_lengths: np.ndarray,
+               document_lengths: np.ndarray, group_sizes: Sequence[int] | None) -> None:
+        if group_sizes is None:
+            group_sizes = [len(document_lengths)]
+        if sum(group_sizes) != len(document_lengths):
+            raise ValueError(f"group sizes {list(group_sizes)} do not add up to the "
+                             f"{len(document_lengths)} documents")
+        kept = sentence_lengths > 0
+        doc_of_sentence = np.repeat(np.arange(len(document_lengths)), document_lengths)
+        kept_per_doc = np.bincount(doc_of_sentence[kept], minlength=len(document_lengths))
+        nonempty = kept_per_doc > 0
+        group_of_doc = np.repeat(np.arange(len(group_sizes)), group_sizes)
+        self.tokens = tokens  # [T]
+        self.sentence_starts = np.concatenate([[0], np.cumsum(sentence_lengths[kept])])  # [S+1]
+        self.doc_sentences = np.concatenate([[0], np.cumsum(kept_per_doc[nonempty])])  # [D+1]
+        docs_per_group = np.bincount(group_of_doc[nonempty], minlength=len(group_sizes))
+        self.group_docs = np.concatenate([[0], np.cumsum(docs_per_group)])  # [G+1]
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.doc_sentences) - 1
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.group_docs) - 1
+
+    def sentences_per_document(self) -> np.ndarray:
+        return np.diff(self.doc_sentences)
+
+    def document_tokens(self, doc: int) -> np.ndarray:
+        """All tokens of document `doc`."""
+        first, stop = self.doc_sentences[doc], self.doc_sentences[doc + 1]
+        return self.tokens[self.sentence_starts[first]:self.sentence_starts[stop]]
+
+    def group(self, g: int) -> tuple[int, int]:
+        """Documents [first, stop) of group g."""
+        return int(self.group_docs[g]), int(self.group_docs[g + 1])
+
+    @property
+    def num_multi_sentence(self) -> int:
+        """Documents with at least two sentences: the only sources of IsNext pairs."""
+        return int((self.sentences_per_document() >= 2).sum())
+
+
+def check_corpus(corpus: Corpus, nsp: bool) -> None:
+    """Raises a one-line ValueError when the corpus cannot give the requested examples."""
+    if corpus.num_documents == 0:
+        raise ValueError("the pretraining corpus has no tokens: check the input files")
+    if nsp and corpus.num_multi_sentence == 0:
+        raise ValueError(
+            "NSP needs documents of 2+ sentences but none has more than one: write the corpus "
+            "one sentence per line with blank lines between documents, or turn NSP off "
+            "(--gin.NSP=False)"
+        )
+    if nsp and corpus.num_documents < 2:
+        raise ValueError(
+            "NSP draws random next segments from other documents but the corpus has only "
+            "one: separate documents by blank lines, or turn NSP off (--gin.NSP=False)"
+        )
+
+
+class Instances(NamedTuple):
+    """Token ranges of a table of instances, one entry per instance, in `Corpus.tokens`.
+
+    Segment A is tokens[a_start:a_stop] of document `doc`; B is tokens[b_start:b_stop] of
+    document `b_doc`, or absent when b_doc == -1 (single segments, nsp=False).
+    """
+
+    doc: np.ndarray  # int64 [N]
+    a_start: np.ndarray  # int64 [N]
+    a_stop: np.ndarray  # int64 [N]
+    b_doc: np.ndarray  # int64 [N]
+    b_start: np.ndarray  # int64 [N]
+    b_stop: np.ndarray  # int64 [N]
+    label: np.ndarray  # int32 [N], next_sentence_label: 0 IsNext, 1 random next
+
+    def take(self, rows: np.ndarray) -> Instances:
+        return Instances(*(field[rows] for field in self))
+
+    @classmethod
+    def concatenate(cls, tables: Sequence[Instances]) -> Instances:
+        return cls(*(np.concatenate(fields) for fields in zip(*tables, strict=True)))
+
+
+def truncation(len_a: np.ndarray, len_b: np.ndarray, max_tokens: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens to cut from A and B: one at a time from the longer (B on ties) until they fit."""
+    len_a, len_b = np.asarray(len_a, np.int64), np.asarray(len_b, np.int64)
+    excess = np.maximum(len_a + len_b - max_tokens, 0)
+    first_a = np.minimum(np.maximum(len_a - len_b, 0), excess)  # evens out the longer one
+    first_b = np.minimum(np.maximum(len_b - len_a, 0), excess)
+    rest = excess - first_a - first_b  # then alternately, B first
+    return first_a + rest // 2, first_b + (rest + 1) // 2
+
+
+def _chunk_end(starts: np.ndarray, first: np.ndarray, target: np.ndarray, stop: np.ndarray
+               ) -> np.ndarray:
+    """End sentence of the chunk from `first`: the first reaching `target` tokens, < `stop`."""
+    end = np.searchsorted(starts, starts[first] + target, side="left")
+    return np.minimum(np.maximum(end, first + 1), stop)
+
+
+def _fraction(rng: np.random.Generator, n: np.ndarray) -> np.ndarray:
+    """Uniform ints in [0, n) for n >= 1 (0 where n <= 1)."""
+    return (rng.random(n.shape) * np.maximum(n, 1)).astype(np.int64)
+
+
+def plan_instances(
+    corpus: Corpus,
+    rng: np.random.Generator,
+    *,
+    max_seq_length: int,
+    short_seq_prob: float = 0.1,
+    nsp: bool = True,
+    documents: tuple[int, int] | None = None,
+) -> Instances:
+    """All instances of the documents [first, stop) (default all), document after document.
+
+    Random next segments come from the other documents of the same range.
+    """
+    if max_seq_length < (5 if nsp else 3):
+        raise ValueError(
+            f"max_seq_length={max_seq_length} leaves no room for tokens: use at least "
+            f"{5 if nsp else 3} (with nsp={nsp})"
+        )
+    lo, hi = documents or (0, corpus.num_documents)
+    max_tokens = max_seq_length - (3 if nsp else 2)
+    starts, doc_sentences = corpus.sentence_starts, corpus.doc_sentences
+    sentences = np.diff(doc_sentences)  # [D]
+    doc = np.arange(lo, hi)
+    doc = doc[sentences[lo:hi] >= (2 if nsp else 1)]  # sources of segment A
+    if nsp and hi - lo < 2:
+        doc = doc[:0]
+    i, stop = doc_sentences[doc], doc_sentences[doc + 1]  # each document's cursor and end
+    steps: list[tuple[np.ndarray, ...]] = []
+    while doc.size:
+        short = rng.random(doc.size) < short_seq_prob
+        target = np.where(short, rng.integers(2, max_tokens + 1, doc.size), max_tokens)
+        j = _chunk_end(starts, i, target, stop)
+        if not nsp:
+            cut = np.maximum(starts[j] - starts[i] - max_tokens, 0)
+            front = rng.binomial(cut, 0.5)
+            zeros = np.zeros(doc.size, np.int64)
+            steps.append((doc, starts[i] + front, starts[j] - (cut - front), zeros - 1, zeros,
+                          zeros, zeros))
+            i = j
+        else:
+            is_random = rng.random(doc.size) < 0.5
+            single = ~is_random & (j - i == 1)  # IsNext needs two sentences
+            i, j = i - (single & (j == stop)), j + (single & (j < stop))
+            a_end = i + 1 + _fraction(rng, j - i - 1)
+            a_start, a_stop = starts[i], starts[a_end]
+            other = lo + rng.integers(0, hi - lo - 1, doc.size)
+            other += other >= doc
+            first = doc_sentences[other] + _fraction(rng, sentences[other])
+            b_end = _chunk_end(starts, first, target - (a_stop - a_start), doc_sentences[other + 1])
+            b_doc = np.where(is_random, other, doc)
+            b_start = np.where(is_random, starts[first], a_stop)
+            b_stop = np.where(is_random, starts[b_end], starts[j])
+            i = np.where(is_random, a_end, j)  # a random next puts the unused sentences back
+            cut_a, cut_b = truncation(a_stop - a_start, b_stop - b_start, max_tokens)
+            front_a, front_b = rng.binomial(cut_a, 0.5), rng.binomial(cut_b, 0.5)
+            steps.append((doc, a_start + front_a, a_stop - (cut_a - front_a), b_doc,
+                          b_start + front_b, b_stop - (cut_b - front_b), is_random))
+        live = i < stop
+        doc, i, stop = doc[live], i[live], stop[live]
+    if not steps:
+        return Instances(*(np.zeros(0, np.int64) for _ in range(6)), np.zeros(0, np.int32))
+    fields = [np.concatenate(column).astype(np.int64) for column in zip(*steps, strict=True)]
+    order = np.argsort(fields[0], kind="stable")  # document-major, steps in order
+    fields = [f[order] for f in fields]
+    return Instances(*fields[:6], fields[6].astype(np.int32))
+
+
+def pack(corpus: Corpus, instances: Instances, special: SpecialIds, max_seq_length: int
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`[CLS] A [SEP] B [SEP]` (or `[CLS] A [SEP]`) padded: input_ids, input_mask, segment_ids.
+
+    All int32 [N, L], for every instance of the table at once: one gather from the flat
+    tokens, then the separators, [CLS] and padding written over it.
+    """
+    rows = np.arange(len(instances.doc))
+    len_a = instances.a_stop - instances.a_start  # [N]
+    has_b = instances.b_doc >= 0  # [N]
+    len_b = np.where(has_b, instances.b_stop - instances.b_start, 0)  # [N]
+    b_first = len_a + 2  # [N] position of B's first token
+    length = np.where(has_b, b_first + len_b + 1, len_a + 2)[:, None]  # [N, 1]
+    pos = np.arange(max_seq_length)[None, :]  # [1, L]
+    in_b = pos >= b_first[:, None]  # [N, L]: B, its [SEP] and the padding after it
+    source = pos + np.where(in_b, (instances.b_start - b_first)[:, None],
+                            (instances.a_start - 1)[:, None])  # [N, L] token index
+    np.clip(source, 0, corpus.tokens.size - 1, out=source)  # outside A and B: overwritten
+    input_ids = corpus.tokens[source]  # [N, L]
+    input_ids[:, 0] = special.cls
+    input_ids[rows, len_a + 1] = special.sep
+    input_ids[rows[has_b], (b_first + len_b)[has_b]] = special.sep
+    padding = pos >= length  # [N, L]
+    input_ids[padding] = special.pad
+    segment_ids = (in_b & ~padding).astype(np.int32)  # empty without B: B starts at length
+    return input_ids, (~padding).astype(np.int32), segment_ids

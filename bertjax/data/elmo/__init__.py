@@ -1,0 +1,1 @@
+"""ELMo's pretraining examples: padded sentences, or windows of a token stream."""

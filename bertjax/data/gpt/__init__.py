@@ -1,0 +1,1 @@
+"""GPT's pretraining examples: packed windows of byte-level BPE tokens."""

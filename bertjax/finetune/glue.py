@@ -1,0 +1,252 @@
+"""The GLUE benchmark (Wang et al. 2018) as the BERT paper runs it (section 4.1, Table 1):
+each task fine-tuned from one pretrained model, over seeds and optionally the paper's
+learning-rate grid, scored on dev, and one table of the mean and standard deviation over
+seeds per task with the paper's GLUE average.
+
+    task   type                 dev sets                          reported (BERT Table 1 first)
+    CoLA   classification       dev                               MCC
+    SST-2  classification       dev                               accuracy
+    MRPC   pair classification  dev                               F1, accuracy
+    QQP    pair classification  dev                               F1, accuracy
+    STS-B  regression           dev                               Spearman, Pearson
+    MNLI   pair classification  dev_matched, dev_mismatched       accuracy (m, mm)
+    QNLI   pair classification  dev                               accuracy
+    RTE    pair classification  dev                               accuracy
+    WNLI   pair classification  dev                               accuracy (not averaged)
+
+The GLUE average is the BERT paper's: the mean of the nine numbers of Table 1 (MNLI-m,
+MNLI-mm, QQP F1, QNLI, SST-2, CoLA MCC, STS-B Spearman, MRPC F1, RTE), WNLI left out; it
+reproduces the paper's averages (79.6 for BERT-base, 82.1 for BERT-large). With a learning-rate
+grid, each task keeps the rate whose mean first number over seeds is best on dev, as the paper
+selects it. Numbers are percentages of the last evaluation of each run.
+
+Data: a GLUE directory as GLUE's download script writes it (glue_data/CoLA/train.tsv, ...;
+CoLA's files have no header row) or TFDS (glue/cola, ... prepared with `tfds build`).
+Runs live in WORKDIR/TASK/lr_RATE/seed_SEED; re-running resumes and skips finished runs.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from bertjax.files import write_text
+from bertjax.finetune import readers
+from bertjax.finetune.evaluate import score_examples
+from bertjax.finetune.examples import Example, TaskDataError, TextExample
+from bertjax.finetune.pretrained import Pretrained
+from bertjax.finetune.recipe import Recipe
+from bertjax.finetune.runner import run
+from bertjax.finetune.tasks import get_task
+
+BERT_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)  # section 4.1, chosen on dev
+RESULTS_JSON, RESULTS_TABLE = "glue_results.json", "glue_results.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueTask:
+    """One GLUE task: where its data is and what the paper reports of it."""
+
+    name: str  # GLUE's spelling, its directory in glue_data
+    tfds: str  # the TFDS config of glue/
+    task_type: str  # a bertjax.finetune task type
+    metrics: tuple[str, ...]  # reported, in order; the first is averaged and selects the lr
+    dev: tuple[str, ...] = ("dev",)  # dev files (stems) of the GLUE directory
+    tfds_dev: tuple[str, ...] = ("validation",)
+    headerless: bool = False  # CoLA's TSVs: source, label, original label, sentence
+    averaged: bool = True  # part of the paper's GLUE average
+
+
+GLUE_TASKS = (
+    GlueTask("CoLA", "cola", "classification", ("mcc",), headerless=True),
+    GlueTask("SST-2", "sst2", "classification", ("accuracy",)),
+    GlueTask("MRPC", "mrpc", "pair_classification", ("f1", "accuracy")),
+    GlueTask("QQP", "qqp", "pair_classification", ("f1", "accuracy")),
+    GlueTask("STS-B", "stsb", "regression", ("spearman", "pearson")),
+    GlueTask("MNLI", "mnli", "pair_classification", ("accuracy",),
+             dev=("dev_matched", "dev_mismatched"),
+             tfds_dev=("validation_matched", "validation_mismatched")),
+    GlueTask("QNLI", "qnli", "pair_classification", ("accuracy",)),
+    GlueTask("RTE", "rte", "pair_classification", ("accuracy",)),
+    GlueTask("WNLI", "wnli", "pair_classification", ("accuracy",), averaged=False),
+)
+BY_NAME = {t.name.lower().replace("-", ""): t for t in GLUE_TASKS}
+
+
+def dev_column(task: GlueTask, index: int) -> str:
+    """The table's name of dev set `index`: MNLI-m / MNLI-mm, else the task's name."""
+    if len(task.dev) == 1:
+        return task.name
+    return f"{task.name}-{'mm' if 'mismatched' in task.dev[index] else 'm'}"
+
+
+def select_tasks(spec: str) -> list[GlueTask]:
+    """The tasks of "all" or a comma-separated list of names (any case, hyphens optional)."""
+    if spec.strip().lower() == "all":
+        return list(GLUE_TASKS)
+    chosen = []
+    for name in (n.strip() for n in spec.split(",") if n.strip()):
+        key = name.lower().replace("-", "")
+        if key not in BY_NAME:
+            raise TaskDataError(f"--tasks: {name!r} is not a GLUE task: choose from all, "
+                                f"{', '.join(t.name for t in GLUE_TASKS)}")
+        chosen.append(BY_NAME[key])
+    if not chosen:
+        raise TaskDataError("--tasks names no task: give all or a list such as cola,sst2")
+    return chosen
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueData:
+    """Where the GLUE data is: a GLUE directory, or TFDS (glue_dir None)."""
+
+    glue_dir: pathlib.Path | None = None
+
+    def examples(self, task: GlueTask, split: str) -> list[Example]:
+        """The examples of "train" or one of the task's dev sets (a file stem / TFDS split)."""
+        glue_task = get_task(task.task_type)
+        if self.glue_dir is None:
+            return glue_task.read(f"tfds:glue/{task.tfds}:{split}", split_hint=split)
+        path = self.glue_dir / task.name / f"{split}.tsv"
+        if task.headerless:
+            return read_headerless_cola(path)
+        return glue_task.read(path, split_hint="train" if split == "train" else "validation")
+
+    def splits(self, task: GlueTask) -> tuple[str, ...]:
+        return task.dev if self.glue_dir is not None else task.tfds_dev
+
+
+def read_headerless_cola(path: pathlib.Path) -> list[TextExample]:
+    """CoLA's train.tsv / dev.tsv: no header; source, label (0/1), original label, sentence."""
+    examples = []
+    for number, line in enumerate(readers.read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != 4 or fields[1] not in ("0", "1"):
+            raise TaskDataError(f"{path}:{number}: not CoLA's layout (source, label 0/1, "
+                                "original label, sentence, tab-separated, no header); fix that "
+                                "line or point --glue_dir at GLUE's own files")
+        examples.append(TextExample(str(len(examples)), (fields[3],), fields[1]))
+    if not examples:
+        raise TaskDataError(f"{path}: no examples in the file; point --glue_dir at GLUE's files")
+    return examples
+
+
+@dataclasses.dataclass
+class GlueReport:
+    """Per task: the chosen learning rate and, per dev column and metric, the score of every
+    seed (percent); the GLUE average over the paper's columns that were run."""
+
+    scores: dict[str, dict[str, dict[str, list[float]]]]  # task -> column -> metric -> [seeds]
+    learning_rates: dict[str, float]
+    tasks: list[GlueTask]
+
+    def mean_std(self, task: str, column: str, metric: str) -> tuple[float, float]:
+        values = self.scores[task][column][metric]
+        std = statistics.stdev(values) if len(values) > 1 else 0.0
+        return statistics.fmean(values), std
+
+    def average_columns(self) -> list[tuple[GlueTask, str]]:
+        """The (task, dev column) pairs of the paper's average that this report holds."""
+        return [(t, column) for t in self.tasks if t.averaged
+                for column in self.scores[t.name]]
+
+    def average(self) -> float | None:
+        """The BERT paper's GLUE average of the mean scores (None: no averaged task ran)."""
+        columns = self.average_columns()
+        if not columns:
+            return None
+        return statistics.fmean(self.mean_std(t.name, c, t.metrics[0])[0] for t, c in columns)
+
+    def table(self) -> str:
+        """The markdown table: mean and standard deviation over seeds per task and metric."""
+        lines = ["| task | metric | mean | std | seeds | learning rate |",
+                 "|---|---|---:|---:|---:|---:|"]
+        for task in self.tasks:
+            for column, metrics in self.scores[task.name].items():
+                for metric in task.metrics:
+                    mean, std = self.mean_std(task.name, column, metric)
+                    lines.append(f"| {column} | {metric} | {mean:.1f} | {std:.1f} | "
+                                 f"{len(metrics[metric])} | {self.learning_rates[task.name]:g} |")
+        average = self.average()
+        if average is not None:
+            held, of = len(self.average_columns()), sum(len(t.dev) for t in GLUE_TASKS
+                                                        if t.averaged)
+            lines.append(f"| GLUE average | BERT Table 1's ({held} of {of} columns; WNLI "
+                         f"excluded) | {average:.1f} | | | |")
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scores": self.scores, "learning_rates": self.learning_rates,
+                "average": self.average(),
+                "average_columns": [c for _, c in self.average_columns()]}
+
+
+def _percent(metrics: dict[str, float], task: GlueTask) -> dict[str, float]:
+    return {m: 100.0 * metrics[m] for m in task.metrics}
+
+
+def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
+             recipe_for: Callable[[GlueTask], Recipe], workdir: str | os.PathLike,
+             seeds: Sequence[int] = (0,), learning_rates: Sequence[float] | None = None,
+             mesh: jax.sharding.Mesh | None = None, show_progress: bool = False,
+             log: Callable[[str], None] = lambda line: None) -> GlueReport | None:
+    """Fine-tune `init` on each task (recipe_for(task), its seed and learning rate replaced)
+    for every seed and learning rate (None: the recipe's own), score each run on the task's
+    dev sets, and write WORKDIR/glue_results.json and glue_results.md. None when a run was
+    stopped by a signal or preemption notice (it saved its checkpoint: rerun to resume)."""
+    root = pathlib.Path(workdir)
+    scores, chosen = {}, {}
+    for task in tasks:
+        recipe = recipe_for(task)
+        train = data.examples(task, "train")
+        devs = [data.examples(task, split) for split in data.splits(task)]
+        by_rate: dict[float, dict[str, dict[str, list[float]]]] = {}
+        for rate in learning_rates or (recipe.learning_rate,):
+            columns: dict[str, dict[str, list[float]]] = {}
+            for seed in seeds:
+                run_recipe = dataclasses.replace(recipe, learning_rate=rate, seed=seed)
+                where = root / task.name / f"lr_{rate:g}" / f"seed_{seed}"
+                outcome = run(run_recipe, init, train, devs[0], where, mesh=mesh,
+                              show_progress=show_progress)
+                if outcome.result.stopped:
+                    log(f"{where} stopped at step {outcome.result.step} "
+                        f"({outcome.result.stopped}): rerun the same command to resume")
+                    return None
+                params = outcome.result.state.params
+                batch = run_recipe.eval_batch_size or run_recipe.batch_size
+                for index, dev in enumerate(devs):
+                    metrics = (outcome.results["final"] if index == 0 else
+                               score_examples(outcome.setup, params, dev, batch))
+                    for metric, value in _percent(metrics, task).items():
+                        columns.setdefault(dev_column(task, index), {}).setdefault(
+                            metric, []).append(value)
+                log(f"{task.name} lr {rate:g} seed {seed}: " + ", ".join(
+                    f"{column} {metric} {values[-1]:.1f}" for column, by_metric in
+                    columns.items() for metric, values in by_metric.items()))
+            by_rate[rate] = columns
+        first = dev_column(task, 0)
+        chosen[task.name] = max(by_rate, key=lambda r: (
+            statistics.fmean(by_rate[r][first][task.metrics[0]]), -r))
+        scores[task.name] = by_rate[chosen[task.name]]
+    report = GlueReport(scores, chosen, list(tasks))
+    if jax.process_index() == 0:
+        write_text(root / RESULTS_JSON, json.dumps(report.to_json(), indent=2) + "\n")
+        write_text(root / RESULTS_TABLE, report.table())
+    return report
+
+
+def paper_average(table: dict[str, float]) -> float:
+    """The GLUE average of BERT Table 1 from its nine numbers (keys as dev columns)."""
+    columns = [dev_column(t, i) for t in GLUE_TASKS if t.averaged for i in range(len(t.dev))]
+    missing = sorted(set(columns) - set(table))
+    if missing:
+        raise ValueError(f"the GLUE average needs {', '.join(missing)}")
+    return math.fsum(table[c] for c in columns) / len(columns)

@@ -1,0 +1,157 @@
+"""BERT fine-tuning heads (Devlin et al. 2018, section 4) on a shared `bert` encoder subtree.
+
+    sentence / pair classification:  W dropout(pooled [CLS])            -> [B, num_labels]
+    token tagging:                   W dropout(h_i) for every token       -> [B, L, num_labels]
+    extractive QA:                   (S . h_i, E . h_i) start/end logits  -> [B, L] each
+
+Extractive QA reads the final hidden states without dropout, as google-research/bert's
+run_squad.py does. The tagging head keeps dropout before its classifier: google-research/bert
+publishes no tagging head, and transformers' BertForTokenClassification (the class bertjax
+exports tagging heads to) applies it there, as it does before every sentence classifier.
+
+With `bilstm=H` (Table 5's "+ BiLSTM", `finetune.bilstm`) a randomly initialised BiLSTM (H per
+direction) reads the encoder's sequence output first; the sentence heads then read its
+max-pool over the real tokens instead of the pooled [CLS].
+
+Every head keeps the encoder under the name "bert", the same subtree as BertForPreTraining,
+so pretrained weights (a bertjax checkpoint or a Hugging Face one, see convert/hf_bert.py)
+load by replacing `params["bert"]`.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bertjax.finetune.heads.linear import linear_head
+from bertjax.finetune.outputs import CHOICE, CLASSES, SCORE, SPANS, WORD_CLASSES, Output
+from bertjax.layers.bilstm import BiLstmEncoder, length_mask
+from bertjax.layers.dropout import Dropout
+from bertjax.models.bert import BertConfig, BertModel
+from bertjax.objectives.objective import Objective, init_from_batch
+
+Array = jax.Array
+
+
+def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
+    return linear_head(features, nn.initializers.normal(config.transformer.initializer_range),
+                       name, config.transformer.weight_dtype)
+
+
+# head kind: what it outputs (bertjax.finetune.outputs). The kinds name the objectives
+# ("bert_classify", ...) that workdirs record and bertjax-export reads.
+KIND_OUTPUTS: dict[str, Output] = {"classify": CLASSES, "regress": SCORE, "choice": CHOICE,
+                                   "tag": WORD_CLASSES, "span": SPANS}
+KINDS = tuple(KIND_OUTPUTS)
+
+
+class BertHead(nn.Module):
+    """Encoder + one task head; `kind` is one of KINDS.
+
+    classify: [CLS] -> num_labels logits;  regress: [CLS] -> one score;  choice: inputs [B, K, L]
+    (one sequence per choice), [CLS] -> one score per choice, [B, K];  tag: every token ->
+    num_labels logits;  span: every token -> start and end logits (extractive QA).
+    `bilstm` > 0 puts a BiLSTM of that size per direction between the encoder and the head.
+    """
+
+    config: BertConfig
+    kind: str
+    num_labels: int = 2
+    bilstm: int = 0
+
+    @nn.compact
+    def __call__(
+        self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True
+    ) -> Array:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown head {self.kind!r}: use one of {', '.join(KINDS)}")
+        shape = input_ids.shape  # [B, L], or [B, K, L] for choice
+        flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731
+        pooled_only = self.kind in ("classify", "regress", "choice") and not self.bilstm
+        outputs = BertModel(self.config, name="bert")(
+            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic=deterministic,
+            summary_only=pooled_only,
+        )
+        dropout = Dropout(self.config.transformer.dropout_rate)
+        if self.bilstm:
+            outputs = self._bilstm(outputs["sequence_output"], flat(input_mask), dropout,
+                                   deterministic)
+        if self.kind in ("classify", "regress", "choice"):
+            pooled_BxE = dropout(outputs["pooled_output"], deterministic=deterministic)
+            features = self.num_labels if self.kind == "classify" else 1
+            logits = _classifier(features, self.config, "classifier")(pooled_BxE)
+            return logits.reshape(shape[:-1]) if self.kind == "choice" else logits
+        seq_BxLxE = outputs["sequence_output"]
+        if self.kind == "tag":
+            seq_BxLxE = dropout(seq_BxLxE, deterministic=deterministic)
+            return _classifier(self.num_labels, self.config, "classifier")(seq_BxLxE)
+        if self.kind == "span":
+            logits_BxLx2 = _classifier(2, self.config, "span")(seq_BxLxE)
+            # padding can never be a start or an end
+            return jnp.where(input_mask[..., None] > 0, logits_BxLx2, -1e9)
+
+    def _bilstm(self, seq_BxLxE: Array, input_mask_BxL: Array, dropout: Dropout,
+                deterministic: bool) -> dict[str, Array]:
+        """The BiLSTM's outputs [B, L, 2H] and their max-pool over real tokens [B, 2H]."""
+        cfg = self.config.transformer
+        lengths_B = input_mask_BxL.sum(-1).astype(jnp.int32)
+        seq_BxLx2H = BiLstmEncoder(self.bilstm, dtype=cfg.compute_dtype,
+                                   param_dtype=cfg.weight_dtype, name="bilstm")(
+            dropout(seq_BxLxE, deterministic=deterministic), lengths_B, deterministic)
+        real_BxLx1 = length_mask(lengths_B, seq_BxLx2H.shape[1])[..., None]
+        pooled_Bx2H = jnp.where(real_BxLx1, seq_BxLx2H, -jnp.inf).max(1)
+        pooled_Bx2H = jnp.where(lengths_B[:, None] > 0, pooled_Bx2H, 0.0)  # all-padding rows
+        return {"sequence_output": seq_BxLx2H, "pooled_output": pooled_Bx2H}
+
+
+def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
+                    num_choices: int = 4, bilstm: int = 0) -> Objective:
+    """The head's objective for the shared training loop: init, loss and batch shapes."""
+    model = BertHead(config, kind, num_labels, bilstm)
+    output = KIND_OUTPUTS[kind]
+
+    init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
+
+    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+        outputs = model.apply(
+            {"params": params},
+            batch["input_ids"],
+            batch["segment_ids"],
+            batch["input_mask"],
+            deterministic=rng is None,
+            rngs=None if rng is None else {"dropout": rng},
+        )
+        return output.loss(outputs, batch)
+
+    def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
+        rows = (batch_size, num_choices) if kind == "choice" else (batch_size,)
+        ints = np.zeros((*rows, seq_length), np.int32)
+        inputs = {"input_ids": ints, "segment_ids": ints, "input_mask": ints}
+        return {**inputs, **output.example_targets(batch_size, seq_length)}
+
+    progress = (("loss", "loss"), (output.metric, "acc"))
+    return Objective(f"bert_{kind}", "bert", config, model, init_variables, loss_fn,
+                     example_batch, progress)
+
+
+def with_pretrained_encoder(params: Any, encoder_params: Any) -> Any:
+    """`params` of a head with its "bert" subtree replaced by a copy of `encoder_params`.
+
+    The copy takes the current parameters' shardings, and the caller's arrays stay valid
+    when the train step donates the state.
+    """
+    expected = jax.tree.map(jnp.shape, params["bert"])
+    found = jax.tree.map(jnp.shape, encoder_params)
+    if expected != found:
+        raise ValueError(
+            "pretrained encoder shapes differ from the head's bert_config: "
+            "build the head with the checkpoint's config"
+        )
+    placed = jax.tree.map(
+        lambda new, old: jax.device_put(jnp.array(new, copy=True), old.sharding),
+        encoder_params,
+        params["bert"],
+    )
+    return {**params, "bert": placed}

@@ -1,0 +1,143 @@
+"""What a fine-tuning head predicts per example, and the loss that trains it, shared by every
+family: a task type names one of these, a family's head produces it.
+
+    output        head outputs          targets in the batch                   loss
+    CLASSES       logits [B, C]         label int32 [B]                        cross-entropy
+    SCORE         score [B] (or [B, 1]) label float32 [B]                      squared error
+    CHOICE        scores [B, K]         label int32 [B] (the right choice)     cross-entropy
+    WORD_CLASSES  logits [B, L, C]      labels int32 [B, L], label_weights     cross-entropy over
+                                        float32 [B, L] (1 on each word's       the weighted tokens
+                                        position, 0 elsewhere)
+    SPANS         logits [B, L, 2]      start_position, end_position int32 [B] mean of the start
+                  (start, end)                                                 and end losses
+
+Losses and their metrics are computed in float32 whatever the compute dtype.
+"""
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+Array = jax.Array
+Arrays = dict[str, np.ndarray]
+Batch = dict[str, Array]
+
+
+def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
+    """Weighted mean cross-entropy and accuracy, in float32."""
+    logits = logits.astype(jnp.float32)
+    weights = jnp.ones(labels.shape, jnp.float32) if weights is None else weights
+    denom = jnp.maximum(weights.sum(), 1e-6)
+    loss = (optax.softmax_cross_entropy_with_integer_labels(logits, labels) * weights).sum()
+    accuracy = ((logits.argmax(-1) == labels) * weights).sum()
+    return loss / denom, accuracy / denom
+
+
+def classes_loss(logits: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
+    """Cross-entropy and accuracy of logits [B, C] (or choice scores [B, K]) against `label`."""
+    loss, accuracy = _xent(logits, batch["label"])
+    return loss, {"loss": loss, "accuracy": accuracy}
+
+
+def score_loss(scores: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
+    """Mean squared error of scores [B] (or [B, 1]) against the float `label`."""
+    scores_B = scores.reshape(scores.shape[0]).astype(jnp.float32)
+    loss = jnp.mean((scores_B - batch["label"].astype(jnp.float32)) ** 2)
+    return loss, {"loss": loss, "mse": loss}
+
+
+def word_classes_loss(logits: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
+    """Cross-entropy and accuracy of token logits [B, L, C] over the weighted positions."""
+    weights = batch["label_weights"].astype(jnp.float32)
+    loss, accuracy = _xent(logits, batch["labels"], weights)
+    return loss, {"loss": loss, "accuracy": accuracy}
+
+
+def span_loss(logits: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
+    """Mean of the start and end cross-entropies of span logits [B, L, 2]."""
+    start_loss, start_acc = _xent(logits[..., 0], batch["start_position"])
+    end_loss, end_acc = _xent(logits[..., 1], batch["end_position"])
+    loss = 0.5 * (start_loss + end_loss)
+    return loss, {"loss": loss, "start_accuracy": start_acc, "end_accuracy": end_acc}
+
+
+def _example_labels(dtype: type) -> Callable[[int, int], Arrays]:
+    return lambda batch_size, seq_length: {"label": np.zeros((batch_size,), dtype)}
+
+
+def _example_word_labels(batch_size: int, seq_length: int) -> Arrays:
+    return {"labels": np.zeros((batch_size, seq_length), np.int32),
+            "label_weights": np.zeros((batch_size, seq_length), np.float32)}
+
+
+def _example_spans(batch_size: int, seq_length: int) -> Arrays:
+    del seq_length
+    return {"start_position": np.zeros((batch_size,), np.int32),
+            "end_position": np.zeros((batch_size,), np.int32)}
+
+
+def label_targets(values: Sequence[Any], dtype: type) -> Arrays:
+    """`label` [N] of one class index, choice index or score per example."""
+    return {"label": np.asarray(values, dtype).reshape(len(values))}
+
+
+def word_targets(tag_ids: Sequence[Sequence[int]], positions: Sequence[Sequence[int]],
+                 length: int) -> Arrays:
+    """`labels` and `label_weights` [N, length]: word k of example n (tag id tag_ids[n][k])
+    sits at token positions[n][k], -1 for a word the encoding cut off (no loss)."""
+    labels = np.zeros((len(tag_ids), length), np.int32)
+    weights = np.zeros((len(tag_ids), length), np.float32)
+    for n, (ids, places) in enumerate(zip(tag_ids, positions, strict=True)):
+        kept = [(p, t) for p, t in zip(places, ids, strict=True) if p >= 0]
+        if kept:
+            rows, tags = zip(*kept, strict=True)
+            labels[n, list(rows)] = tags
+            weights[n, list(rows)] = 1.0
+    return {"labels": labels, "label_weights": weights}
+
+
+def _labels(dtype: type) -> Callable[[Sequence[Any], Any, int], Arrays]:
+    return lambda values, layout, length: label_targets(values, dtype)
+
+
+def _encoded_spans(values: Sequence[Any], layout: Any, length: int) -> Arrays:
+    del values, layout, length
+    return {}  # the family's encoder labels each QA window from the answers' characters
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One kind of prediction: its loss, the training metric shown beside the loss, the
+    target arrays of a batch, and whether predictions have a token axis (axis 1)."""
+
+    name: str
+    loss: Callable[[Array, Batch], tuple[Array, dict[str, Array]]]
+    metric: str
+    example_targets: Callable[[int, int], Arrays]  # (batch size, length) -> zero targets
+    make_targets: Callable[[Sequence[Any], Any, int], Arrays]  # (values, layout, length)
+    token_axis: bool = False
+
+    @property
+    def target_features(self) -> tuple[str, ...]:
+        return tuple(self.example_targets(1, 1))
+
+    def targets(self, values: Sequence[Any], layout: Any, length: int) -> Arrays:
+        """The target arrays of the values a task's `targets` gave, for an encoding whose
+        layout is `layout` (word positions for WORD_CLASSES) and token length `length`."""
+        return self.make_targets(values, layout, length)
+
+
+CLASSES = Output("classes", classes_loss, "accuracy", _example_labels(np.int32),
+                 _labels(np.int32))
+SCORE = Output("score", score_loss, "mse", _example_labels(np.float32), _labels(np.float32))
+CHOICE = Output("choice", classes_loss, "accuracy", _example_labels(np.int32),
+                _labels(np.int32))
+WORD_CLASSES = Output("word_classes", word_classes_loss, "accuracy", _example_word_labels,
+                      word_targets, token_axis=True)
+SPANS = Output("spans", span_loss, "start_accuracy", _example_spans, _encoded_spans,
+               token_axis=True)

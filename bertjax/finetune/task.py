@@ -1,0 +1,137 @@
+"""The contract of a downstream task type, in the image of pretraining's `Objective`.
+
+A task type (classification, pair classification, regression, tagging, extractive QA, multiple
+choice, ...) is one `Task` subclass in `bertjax/finetune/tasks/`, registered by name with
+`@register`. It says, for every family alike:
+
+    reading      how its examples are read (a file-format reader and a table layout)
+    inputs       what a family encodes: TEXTS (one or two texts), WORDS (a tagged word
+                 sequence), CHOICES (a context and its endings) or QUESTIONS (a question on a
+                 context)
+    output       what the head predicts and the loss that trains it (bertjax.finetune.outputs)
+    label_names  its label vocabulary, from the training examples
+    targets      the value each training example teaches (a class index, a score, ...)
+    decode       the head's outputs back into predictions comparable with `golds`
+    measure      the papers' metrics, the main one (which picks the best checkpoint) first
+
+How the examples become token arrays and which model predicts is the family's part (an
+`Adapter`, bertjax.finetune.adapter): a task type never names a family, and a family adapter
+never names a task type, only the inputs and outputs it supports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from bertjax.finetune import readers
+from bertjax.finetune.examples import Example, Reading, TaggedSentence, TaskDataError, TextExample
+from bertjax.finetune.outputs import Output
+from bertjax.metrics import Metrics, compute
+
+TEXTS, WORDS, CHOICES, QUESTIONS = "texts", "words", "choices", "questions"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalData:
+    """What decoding and measuring need besides the head's outputs: the examples, their ids
+    and golds, the label vocabulary, the encoding's layout (word positions, QA windows; see
+    bertjax.finetune.adapter.Encoded) and the recipe (decoding settings)."""
+
+    examples: Sequence[Example]
+    golds: list | None  # None for unlabelled examples (a test split)
+    labels: list[str] | None
+    layout: Any
+    recipe: Any
+
+    @property
+    def ids(self) -> list[str]:
+        return [ex.id for ex in self.examples]
+
+
+class Task:
+    """A downstream task type; subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str]
+    reading: ClassVar[Reading]
+    inputs: ClassVar[str]
+    output: ClassVar[Output]
+    metrics: ClassVar[Metrics]  # (key, function(gold, pred, ...)) pairs, the main one first
+    submissions: ClassVar[bool] = False  # --predict writes GLUE submission files of it
+
+    def read(self, spec: Any, *, text_columns: Sequence[str] | None = None,
+             label_column: str | None = None, split_hint: str = "train") -> list[Example]:
+        """Its examples from a file or "tfds:NAME[:SPLIT]" (bertjax.finetune.readers)."""
+        return readers.read(spec, self.reading, text_columns=text_columns,
+                            label_column=label_column, split_hint=split_hint)
+
+    @property
+    def main_metric(self) -> str:
+        return self.metrics[0][0]
+
+    def label_names(self, train: Sequence[Example], dev: Sequence[Example], eval_spec: str
+                    ) -> list[str] | None:
+        """The label vocabulary, in the order of the head's outputs (None: no classes)."""
+        return None
+
+    def num_outputs(self, labels: list[str] | None) -> int:
+        """The head's width: one per label, else one."""
+        return len(labels) if labels else 1
+
+    def targets(self, examples: Sequence[Example], labels: list[str] | None) -> list:
+        """The value each training example teaches; the family turns it into target arrays."""
+        raise NotImplementedError
+
+    def golds(self, examples: Sequence[Example]) -> list:
+        """Per example, what a prediction is compared with."""
+        raise NotImplementedError
+
+    def decode(self, outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
+        """(one prediction per example, extras for eval_results.json; an extra "files" maps
+        names to the texts of official output files, see finetune/official.py)."""
+        raise NotImplementedError
+
+    def metric_options(self, labels: list[str] | None) -> dict[str, Any]:
+        """Options of the metric functions (e.g. the positive class of F1)."""
+        return {}
+
+    def measure(self, predictions: list, data: EvalData) -> dict[str, float]:
+        """Every metric of `metrics` on the golds and predictions, main first."""
+        return compute(self.metrics, data.golds, predictions, **self.metric_options(data.labels))
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register(task_class: type[Task]) -> type[Task]:
+    """Class decorator: make the task type available to recipes under its `name`."""
+    TASKS[task_class.name] = task_class()
+    return task_class
+
+
+def check_labels(train_examples: Iterable[Example], eval_examples: Iterable[Example],
+                 eval_spec: str) -> list[str]:
+    """The sorted label set of the training examples, checked to cover the eval examples.
+
+    Labels are TextExample class names and TaggedSentence tags (regression numbers, QA and
+    multiple choice have no label set). An eval label training never saw could never be
+    predicted and would have no output unit, so it is refused, naming the label and file.
+    """
+    known = set(_labels(train_examples))
+    unseen = sorted(set(_labels(eval_examples)) - known)
+    if unseen:
+        more = f" (and {len(unseen) - 1} more)" if len(unseen) > 1 else ""
+        raise TaskDataError(f"{eval_spec}: label {unseen[0]!r}{more} never occurs in the "
+                            "training data; fix the eval file or add training examples of it")
+    return sorted(known)
+
+
+def _labels(examples: Iterable[Example]) -> Iterable[str]:
+    for example in examples:
+        if isinstance(example, TaggedSentence):
+            yield from example.tags
+        elif isinstance(example, TextExample) and isinstance(example.label, str):
+            yield example.label

