@@ -39,7 +39,9 @@ its own and an out-of-memory batch falls back to the next smaller one for both s
     PYTHONPATH=. python benchmarks/accelerator_step.py --results_md=benchmarks/results.md
 
 `--quick` runs every code path with tiny models on the CPU (what the test suite runs, so the
-script does not rot); its numbers mean nothing.
+script does not rot); its numbers mean nothing. `--results_md` appends the run as a section of
+benchmarks/results.md (results_record.py's format: every bertjax/torch ratio, what differs
+between the sides, the table) and regenerates that file's summary.
 """
 
 import argparse
@@ -55,6 +57,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import results_record
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MASK, CLS, SEP = 103, 101, 102
@@ -111,7 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--child_timeout_s", type=float, default=240.0)
     p.add_argument("--out", default=None, help="directory for results.json and the log")
     p.add_argument("--results_md", default=None,
-                   help="append the table to this markdown file (benchmarks/results.md)")
+                   help="append the run to this results file (benchmarks/results.md) and "
+                        "regenerate its summary")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile_row", default="bert_large_128",
                    help="trace two bertjax steps of this row with jax.profiler (none: '')")
@@ -624,7 +629,15 @@ def environment(peak: dict | None) -> dict:
         dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "bertjax",
                                 "benchmarks"], capture_output=True, text=True, timeout=10).stdout
         commit += " with uncommitted changes" if dirty.strip() else ""
-    return {"date": datetime.date.today().isoformat(), "versions": versions,
+    others = ""
+    with contextlib.suppress(Exception):
+        others = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20).stdout.strip()
+    return {"date": datetime.date.today().isoformat(),
+            "time": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "other_device_processes": len(others.split()), "load": os.getloadavg()[0],
+            "versions": versions,
             "nvidia_smi": driver, "device": (peak or {}).get("device_name", "?"),
             "python": platform.python_version(), "commit": commit,
             "cpu_count": os.cpu_count()}
@@ -695,9 +708,71 @@ def checks(results: list[dict]) -> list[str]:
     return lines
 
 
+DIFFERENCES = (
+    "bertjax's step also computes the parameter norm and a finite-step guard (its train_step "
+    "as the training loop runs it); torch's steps do not",
+    "torch-hf computes BERT's MLM logits at every position [B, L, V] (as BertForPreTraining "
+    "does); bertjax and torch-gathered at the masked positions only, the like-for-like peer",
+    "no attention dropout on either side (BERT and GPT-2 train with 0.1; fused attention "
+    "kernels do not drop probabilities): both sides leave the same part out",
+    "GPT-2: transformers shifts the labels itself, so it predicts L - 1 tokens per row where "
+    "bertjax predicts L (one position in 1,024 more work for bertjax)",
+    "generation: bertjax runs one jitted while_loop on the device, transformers generate() a "
+    "Python loop with its dynamic cache; both greedy, bf16 weights, no stop token",
+)
+
+
+def ratios(results: list[dict]) -> list[tuple[str, float]]:
+    """(measure, bertjax's speed over the peer's) for every peer measured beside bertjax."""
+    found = []
+    ok = [r for r in results if r.get("ok") and r.get("what") in ("train", "generate")]
+    for res in ok:
+        if res["impl"] != "bertjax":
+            continue
+        for peer in ok:
+            if (peer["row"], peer["batch"]) != (res["row"], res["batch"]) or peer is res \
+                    or peer["impl"] == "bertjax":
+                continue
+            name = peer["impl"] + (f"[{peer.get('variant')}]"
+                                   if peer["impl"] == "torch-compile" else "")
+            found.append((f"{res['row']} batch {res['batch']}: bertjax/{name} (tokens/s)",
+                          peer["step_s"] / res["step_s"]))
+    return found
+
+
+def record(args, env: dict, results: list[dict], header: str, text: str, notes: list[str],
+           wall_s: float) -> results_record.Run:
+    """The run as a section of benchmarks/results.md."""
+    kept, skip = [], False
+    for arg in args.command_line:  # the command as run, less where its results were written
+        if not skip and not arg.startswith("--results_md"):
+            kept.append(arg)
+        skip = arg == "--results_md"
+    argv = " ".join(kept)
+    busy = env["other_device_processes"] if not args.quick else env["load"] > (
+        env["cpu_count"] or 1)
+    conditions = ("loaded (other processes on the device or CPU)" if busy
+                  else "idle (no other process on the device)")
+    if args.quick:
+        conditions += "; quick mode: CPU, tiny sizes, not a measurement"
+    fields = {"benchmark": "accelerator_step" + (" --quick" if args.quick else ""),
+              "date": env["time"], "machine": env["device"], "conditions": conditions,
+              "host": f"{env['nvidia_smi'] or '-'}; {env['cpu_count']} CPU cores",
+              "versions": ", ".join(f"{k} {v}" for k, v in env["versions"].items()),
+              "commit": env["commit"] or "unknown",
+              "command": f"`PYTHONPATH=. python benchmarks/accelerator_step.py {argv}`".replace(
+                  " `", "`"),
+              "wall": f"{wall_s:.0f} s"}
+    body = "\n".join([header.split("\n\n", 1)[-1].strip(), "", text, "",
+                      *notes, "", "What differs between the sides:", "",
+                      *(f"- {line}" for line in DIFFERENCES)])
+    return results_record.Run(fields, tuple(ratios(results)), body)
+
+
 def main(argv=None) -> None:
     args = parse_args(argv)
     args.out_dir = None
+    args.command_line = list(sys.argv[1:] if argv is None else argv)
     if args.child:
         child_main(args)
         return
@@ -758,11 +833,16 @@ def main(argv=None) -> None:
     notes += checks(run.results)
     report = header + "\n" + text + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
     log("\n" + report)
+    log("what differs from the same work on both sides:\n"
+        + "\n".join(f"  - {line}" for line in DIFFERENCES))
+    for measure, value in ratios(run.results):
+        log(f"ratio {measure}: {value:.2f}x")
     (out / "results.json").write_text(json.dumps(
         {"env": env, "peak": peak, "results": run.results, "skipped": run.skipped}, indent=1))
     if args.results_md:
-        with open(args.results_md, "a") as f:
-            f.write("\n" + report)
+        results_record.append(pathlib.Path(args.results_md), [
+            record(args, env, run.results, header, text, notes, run.elapsed())])
+        log(f"appended the run to {args.results_md} and regenerated its summary")
     log(f"total {run.elapsed():.0f} s; results in {out}")
 
 

@@ -202,6 +202,11 @@ def main(argv=None) -> None:
     for name, rate in rates.items():
         print(f"  {name:8s} {rate:10,.0f} tokens/s  (median step "
               f"{statistics.median(results[name]) * 1e3:.0f} ms)")
+    print("  what differs from the same work on both sides:")
+    print("    - both sides leave out two parts of ELMo's training step: dropout, and the LSTM "
+          "cell and projection clipping (torch.nn.LSTM has none)")
+    print("    - bertjax's step also computes the parameter norm and a finite-step guard; "
+          "torch's does not")
     print(f"  ratio bertjax / torch: {rates['bertjax'] / rates['torch']:.2f}x")
 
 

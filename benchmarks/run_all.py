@@ -1,17 +1,20 @@
-"""`make bench`: every benchmark's claim, each in its own process, written to results.md.
+"""`make bench`: every benchmark's claim, each in its own process, appended to results.md.
 
 Each benchmark runs as `python benchmarks/NAME.py ARGS` (the command its README section gives
-for the claim), so every peer is measured side by side with bertjax in that one process. This
-script adds what makes the figures comparable across runs: the machine (CPU, cores, memory,
-library versions, commit), the date, and the load average before and after each benchmark,
-flagged when it is above the core count (the ratios are then not a claim).
+for the claim), so every peer is measured side by side with bertjax in that one process. Each
+benchmark's run is appended to results.md as its own section (results_record.py's format) with
+what makes the figures comparable across runs: the machine (CPU, cores, vector instructions,
+memory), library versions, commit, date, the load average before and after (a run is "loaded"
+when it was above the core count), every ratio the benchmark printed, what its output says
+differs between the sides, and its whole output. The summary at the top is then regenerated.
+Earlier runs are never rewritten; a failed benchmark is recorded as failed, without ratios.
 
     python benchmarks/run_all.py                          # all claims -> benchmarks/results.md
     python benchmarks/run_all.py --only=elmo_lstm,pretraining_pipeline
     python benchmarks/run_all.py --quick --out=/tmp/results.md   # small sizes, a smoke test
 
-A run in which any benchmark fails leaves an existing results file as it was and writes
-`<out>.partial` beside it instead, with the failure recorded.
+A benchmark reports a ratio with a line `ratio MEASURE: 1.23x`, and what it does differently on
+the two sides under a line starting `what differs`, one `  - ` line each.
 """
 
 import argparse
@@ -26,8 +29,12 @@ import subprocess
 import sys
 import time
 
+import results_record
+
 HERE = pathlib.Path(__file__).resolve().parent
-RATIO = re.compile(r"\d+\.\d+x")
+RATIO_LINE = re.compile(r"^\s*ratio (?P<measure>.+?): (?P<value>\d+(?:\.\d+)?)x\b")
+# finetune_classification.py's wording: "bertjax is 1.75x faster than transformers (...)"
+FASTER_LINE = re.compile(r"^\s*bertjax is (?P<value>\d+\.\d+)x faster(?: than (?P<peer>\S+))?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +66,9 @@ CLAIMS = (
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
-    p.add_argument("--quick", action="store_true", help="each benchmark's small smoke sizes")
-    p.add_argument("--out", default=str(HERE / "results.md"), help="the results file")
+    p.add_argument("--quick", action="store_true",
+                   help="each benchmark's small smoke sizes (needs --out: not a measurement)")
+    p.add_argument("--out", default=str(results_record.RESULTS), help="the results file")
     p.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per benchmark")
     args = p.parse_args(argv)
     known = {claim.name for claim in CLAIMS}
@@ -69,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"--only names {', '.join(unknown)}, which is not a benchmark; "
                 f"choose from {', '.join(sorted(known))}")
+    if args.quick and pathlib.Path(args.out).resolve() == results_record.RESULTS:
+        p.error("--quick sizes measure nothing: pass --out=FILE (e.g. /tmp/results.md) so "
+                "benchmarks/results.md keeps only real runs")
     return args
 
 
@@ -83,14 +94,24 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def machine() -> list[str]:
-    """Markdown lines describing where the figures were taken."""
-    cpu = platform.processor() or platform.machine()
+def cpu_facts() -> tuple[str, str]:
+    """(the CPU's model name, its widest vector instructions) from /proc/cpuinfo."""
+    cpu, vector = platform.processor() or platform.machine(), "unknown"
     cpuinfo = pathlib.Path("/proc/cpuinfo")
     if cpuinfo.is_file():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                 if line.startswith("model name")]
+        lines = cpuinfo.read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        flags = next((line.split(":", 1)[1].split() for line in lines
+                      if line.startswith("flags")), [])
         cpu = names[0] if names else cpu
+        vector = ("AVX-512" + (" with BF16" if "avx512_bf16" in flags else "")
+                  if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2")
+    return cpu, vector
+
+
+def machine_fields() -> dict[str, str]:
+    """The run-section lines that say where and with what the figures were taken."""
+    cpu, vector = cpu_facts()
     memory = "unknown"
     meminfo = pathlib.Path("/proc/meminfo")
     if meminfo.is_file():
@@ -98,11 +119,15 @@ def machine() -> list[str]:
         memory = f"{total_kib / 2**20:.1f} GiB"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
                             capture_output=True, text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "bertjax", "benchmarks"],
+                           cwd=HERE, capture_output=True, text=True).stdout.strip()
     versions = ", ".join(f"{p} {_version(p)}" for p in
                          ("jax", "flax", "torch", "transformers", "numpy", "tensorflow"))
-    return [f"- CPU: {cpu}, {os.cpu_count()} cores; memory {memory}",
-            f"- Python {platform.python_version()} on {platform.platform()}",
-            f"- {versions}", f"- bertjax commit {commit}"]
+    return {"machine": f"{cpu}, {os.cpu_count()} cores",
+            "host": f"{vector}; memory {memory}; Python {platform.python_version()} on "
+                    f"{platform.platform()}",
+            "versions": versions,
+            "commit": commit + (" with uncommitted changes" if dirty else "")}
 
 
 @dataclasses.dataclass
@@ -117,8 +142,35 @@ class Outcome:
     stderr: str
 
     @property
-    def ratios(self) -> list[str]:
-        return [line.strip() for line in self.stdout.splitlines() if RATIO.search(line)]
+    def ratios(self) -> list[tuple[str, float]]:
+        """(measure, ratio) of every ratio line the benchmark printed."""
+        found = []
+        for line in self.stdout.splitlines():
+            if match := RATIO_LINE.match(line):
+                found.append((match["measure"].strip(), float(match["value"])))
+            elif match := FASTER_LINE.match(line):
+                peer = match["peer"] or "transformers"
+                found.append((f"bertjax/{peer} (wall-time speed)", float(match["value"])))
+        return found
+
+    @property
+    def differences(self) -> list[str]:
+        """The `  - ` lines under the benchmark's `what differs ...` line."""
+        lines, inside = [], False
+        for line in self.stdout.splitlines():
+            if line.strip().lower().startswith("what differs"):
+                inside = True
+            elif inside and line.lstrip().startswith("- "):
+                lines.append(line.strip()[2:])
+            elif inside:
+                inside = False
+        return lines
+
+    @property
+    def loaded(self) -> bool:
+        cores = os.cpu_count() or 1
+        warned = any("WARNING" in line and "load" in line for line in self.stdout.splitlines())
+        return max(self.load_before, self.load_after) > cores or warned
 
 
 def run(claim: Claim, quick: bool, timeout: float) -> Outcome:
@@ -137,33 +189,39 @@ def run(claim: Claim, quick: bool, timeout: float) -> Outcome:
                    stdout, stderr)
 
 
-def report(outcomes: list[Outcome], quick: bool, started: datetime.datetime) -> str:
+def record(outcome: Outcome, quick: bool, started: datetime.datetime,
+           machine: dict[str, str]) -> results_record.Run:
+    """The results.md section of one benchmark's run."""
     cores = os.cpu_count() or 1
-    lines = ["# Benchmark results", "",
-             f"Written by `python benchmarks/run_all.py{' --quick' if quick else ''}` on "
-             f"{started:%Y-%m-%d %H:%M} UTC. Each row is one process timing bertjax and its peer "
-             "side by side; the sections below hold each benchmark's own table.", ""]
+    args = " ".join(outcome.command[2:])
+    if outcome.returncode != 0:
+        conditions = f"failed (exit {outcome.returncode})"
+    elif outcome.loaded:
+        conditions = "loaded (1-minute load average above the core count, or the benchmark " \
+                     "warned of load)"
+    else:
+        conditions = "idle"
+    fields = {"benchmark": f"{outcome.claim.name} {args}".strip(),
+              "date": f"{started:%Y-%m-%d %H:%M} UTC",
+              "machine": machine["machine"], "conditions": conditions,
+              **{key: value for key, value in machine.items() if key != "machine"},
+              "load": f"{outcome.load_before:.1f} before / {outcome.load_after:.1f} after "
+                      f"(1-minute average, {cores} cores)",
+              "command": f"`XLA_FLAGS= python benchmarks/{outcome.claim.name}.py"
+                         f"{' ' + args if args else ''}`",
+              "wall": f"{outcome.seconds:.0f} s"}
     if quick:
-        lines += ["**Quick mode: smoke-test sizes, not a claim.**", ""]
-    lines += ["## Machine", "", *machine(), ""]
-    busy = [o for o in outcomes if max(o.load_before, o.load_after) > cores]
-    if busy:
-        lines += [f"**Warning:** the load average was above the {cores} cores during "
-                  f"{', '.join(o.claim.name for o in busy)}; those ratios are not a claim.", ""]
-    lines += ["## Summary", "", "| benchmark | ratios printed | load before / after | wall s |",
-              "|---|---|---|---|"]
-    for o in outcomes:
-        ratios = "<br>".join(o.ratios) if o.returncode == 0 else f"FAILED (exit {o.returncode})"
-        lines.append(f"| {o.claim.what} | {ratios.replace('|', '/')} | "
-                     f"{o.load_before:.1f} / {o.load_after:.1f} | {o.seconds:.0f} |")
-    for o in outcomes:
-        relative = " ".join(["python", *o.command[1:]])
-        lines += ["", f"## {o.claim.name}", "", f"`XLA_FLAGS= {relative}`", "", "```",
-                  o.stdout.rstrip() or "(no output)", "```"]
-        if o.returncode != 0:
-            lines += ["", f"Failed with exit {o.returncode}; the end of its stderr:", "", "```",
-                      o.stderr.rstrip()[-2000:], "```"]
-    return "\n".join(lines) + "\n"
+        fields["conditions"] += "; quick mode: smoke-test sizes, not a measurement"
+    body = []
+    if outcome.differences:
+        body += ["What differs between the sides (from the benchmark's output):", ""]
+        body += [f"- {line}" for line in outcome.differences] + [""]
+    body += ["```", outcome.stdout.rstrip() or "(no output)", "```"]
+    if outcome.returncode != 0:
+        body += ["", f"Failed with exit {outcome.returncode}; the end of its stderr:", "",
+                 "```", outcome.stderr.rstrip()[-2000:], "```"]
+    ratios = () if outcome.returncode != 0 else tuple(outcome.ratios)
+    return results_record.Run(fields, ratios, "\n".join(body))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,28 +231,27 @@ def main(argv: list[str] | None = None) -> int:
     load = load_average()
     if load > cores:
         print(f"run_all: warning: load average {load:.1f} is above the {cores} cores; "
-              "the ratios will be flagged as unreliable (measure on an idle machine)",
+              "the runs will be recorded as loaded (measure on an idle machine)",
               file=sys.stderr)
     started = datetime.datetime.now(datetime.UTC)
-    outcomes = []
+    machine = machine_fields()
+    out = pathlib.Path(args.out)
+    failed = []
     for claim in claims:
         print(f"run_all: {claim.name} ...", flush=True)
         outcome = run(claim, args.quick, args.timeout)
-        outcomes.append(outcome)
-        for line in outcome.ratios if outcome.returncode == 0 else ["FAILED"]:
-            print(f"  {line}", flush=True)
-    out = pathlib.Path(args.out)
-    failed = [o.claim.name for o in outcomes if o.returncode != 0]
-    target = out.with_name(out.name + ".partial") if failed else out
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.with_name(target.name + ".tmp")
-    scratch.write_text(report(outcomes, args.quick, started), encoding="utf-8")
-    scratch.replace(target)
+        if outcome.returncode != 0:
+            print(f"  FAILED (exit {outcome.returncode})", flush=True)
+        for measure, value in outcome.ratios if outcome.returncode == 0 else []:
+            print(f"  {measure}: {value:.2f}x", flush=True)
+        results_record.append(out, [record(outcome, args.quick, started, machine)])
+        if outcome.returncode != 0:
+            failed.append(claim.name)
     if failed:
-        print(f"run_all: error: {', '.join(failed)} failed; {out} is left as it was and this "
-              f"run is in {target}", file=sys.stderr)
+        print(f"run_all: error: {', '.join(failed)} failed (recorded as failed in {out})",
+              file=sys.stderr)
         return 1
-    print(f"run_all: wrote {target}")
+    print(f"run_all: appended {len(claims)} run(s) to {out} and regenerated its summary")
     return 0
 
 

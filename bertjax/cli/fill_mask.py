@@ -1,6 +1,7 @@
 """bertjax-fill-mask: what a pretrained BERT has learned, in words: it fills in masked words of
 held-out sentences (top-k per blank, next to the true word) and reports masked-LM accuracy on
-held-out text; or fills in the [MASK]s of sentences you give.
+held-out text beside the unigram baseline of the same blanks (always guessing the training
+text's most frequent token); or fills in the [MASK]s of sentences you give.
 
     bertjax-fill-mask --checkpoint=workdir/bert_tiny_cpu                  # held-out stdlib text
     bertjax-fill-mask --checkpoint=WORKDIR --sentence="The [MASK] module handles regular ..."
@@ -29,6 +30,9 @@ def define_flags() -> None:
                        "Held-out text (a corpus setting) for the examples and the accuracy.")
     runner.define_once(flags.DEFINE_integer, "examples", 5, "Held-out sentences to fill in.")
     runner.define_once(flags.DEFINE_integer, "top_k", 3, "Predictions shown per blank.")
+    runner.define_once(flags.DEFINE_string, "train_corpus", None,
+                       "The corpus setting the run trained on, for the unigram baseline "
+                       "(default: the one the workdir records).")
 
 
 def blanked(filler: MaskFiller, sentence: str, rng: np.random.Generator) -> tuple[str, list]:
@@ -68,9 +72,15 @@ def main() -> None:
     for index in rng.choice(len(sentences), size=min(FLAGS.examples, len(sentences)),
                             replace=False):
         show(filler, *blanked(filler, sentences[index], rng), FLAGS.top_k)
-    accuracy, count = filler.held_out_accuracy(FLAGS.held_out)
-    print(f"masked-LM accuracy on held-out text: {accuracy:.3f} ({count:,} masked tokens, 15% "
-          "of each sequence, 80/10/10 as in pretraining)")
+    baseline = filler.unigram_baseline(FLAGS.train_corpus)
+    score = filler.held_out_score(FLAGS.held_out, baseline.token_id)
+    print(f"masked-LM accuracy on held-out text: {score.accuracy:.3f} ({score.count:,} masked "
+          "tokens, 15% of each sequence, 80/10/10 as in pretraining)")
+    print(f"unigram baseline on the same blanks: {score.baseline:.3f} (always "
+          f"{baseline.token!r}, the most frequent of {baseline.counted:,} training tokens of "
+          f"{baseline.corpus})")
+    print(f"at the {score.mask_count:,} blanks shown as {MASK}: model {score.mask_accuracy:.3f}, "
+          f"unigram baseline {score.mask_baseline:.3f}")
 
 
 def run() -> None:

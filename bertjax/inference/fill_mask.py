@@ -1,17 +1,27 @@
 """What a pretrained BERT has learned, in a form a person recognises: fill in masked words, and
-measure masked-LM accuracy on text the model never saw.
+measure masked-LM accuracy on text the model never saw, next to the unigram baseline.
 
     filler = MaskFiller.from_workdir("workdir/bert_tiny_cpu")
     filler.fill("The [MASK] module provides functions for regular expressions .")
         -> [[("re", 0.31), ("string", 0.08), ("os", 0.05)]]      # top-k per [MASK]
-    filler.held_out_accuracy("stdlib:held_out")                  # masked-LM accuracy
+    baseline = filler.unigram_baseline()        # the most frequent token of the training text
+    filler.held_out_score("stdlib:held_out", baseline.token_id)  # accuracy, and the baseline's
+
+The unigram baseline always guesses the training text's most frequent token (WordPiece tokens
+of the corpus the run recorded, with this model's vocabulary). A model that has learned nothing
+about context scores about that; the score reports both on the same blanks, overall and at the
+blanks shown to the model as [MASK] (the other 20% keep their token or get a random one, and a
+model can learn to copy the kept ones).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import itertools
 import pathlib
 import tempfile
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import flax.linen as nn
@@ -19,14 +29,60 @@ import jax
 import numpy as np
 
 from bertjax.convert.hf_bert import param_template
+from bertjax.data import corpora
 from bertjax.data.bert.source import BertPretrainingSource
+from bertjax.data.source import load_documents
 from bertjax.models.bert import BertConfig, BertForPreTraining
-from bertjax.objectives.pretraining import bert_pretraining
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
 
 MASK = "[MASK]"
+BASELINE_TOKENS = 2_000_000  # the unigram baseline counts at most this many training tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class UnigramBaseline:
+    """The most frequent token of a run's training text: the guess of a model without context."""
+
+    token_id: int
+    token: str
+    counted: int  # training tokens counted
+    corpus: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOutScore:
+    """Masked-LM accuracy on held-out blanks, and the unigram baseline's on the same blanks."""
+
+    accuracy: float  # every masked position (80% [MASK], 10% random, 10% kept)
+    count: int
+    mask_accuracy: float  # the positions whose input is [MASK]
+    mask_count: int
+    baseline: float | None = None  # always guessing the baseline token, same positions
+    mask_baseline: float | None = None
+
+
+def training_documents(corpus: str) -> Iterator[list[str]]:
+    """The documents of a corpus setting, lazily for TFDS corpora (which can be large)."""
+    if corpus.startswith("tfds:"):
+        name, _, split = corpus[len("tfds:"):].partition(":")
+        return corpora.tfds_documents(name, split or "train")
+    return iter(load_documents(corpus))
+
+
+def count_tokens(encode: Any, documents: Iterable[list[str]], limit: int) -> collections.Counter:
+    """Token-id counts of the documents' sentences, up to about `limit` tokens."""
+    counts: collections.Counter = collections.Counter()
+    total = 0
+    for document in documents:
+        for sentence in document:
+            ids = encode(sentence)
+            counts.update(ids)
+            total += len(ids)
+        if total >= limit:
+            break
+    return counts
 
 
 @dataclasses.dataclass
@@ -37,6 +93,7 @@ class MaskFiller:
     params: Any
     vocab: WordPieceVocabulary
     source: pathlib.Path | None = None  # the workdir, whose vocabulary held-out text uses
+    train_corpus: str | None = None  # the corpus setting the run recorded it trained on
 
     def __post_init__(self) -> None:
         model = BertForPreTraining(self.config)
@@ -45,7 +102,13 @@ class MaskFiller:
             logits = model.apply({"params": params}, ids, segments, mask, positions)
             return jax.nn.softmax(logits["mlm_logits"].astype("float32"), axis=-1)
 
+        def mlm_guesses(params: Any, batch: dict[str, Any]) -> Any:
+            logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
+                                 batch["input_mask"], batch["masked_lm_positions"])
+            return logits["mlm_logits"].argmax(-1)
+
         self._probs = jax.jit(mlm_probs)
+        self._guesses = jax.jit(mlm_guesses)
 
     @classmethod
     def from_workdir(cls, path: str | pathlib.Path) -> MaskFiller:
@@ -57,7 +120,8 @@ class MaskFiller:
         vocab = WordPieceVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record,
                                                                "vocab"),
                                     lower_case=tokenizer.get("lower_case", True))
-        return cls(trained.config, trained.params, vocab, trained.workdir)
+        corpus = trained.record.get("data", {}).get("corpus")
+        return cls(trained.config, trained.params, vocab, trained.workdir, corpus)
 
     def fill(self, text: str, top_k: int = 3) -> list[list[tuple[str, float]]]:
         """For each [MASK] of `text`, the `top_k` most likely tokens with their probabilities."""
@@ -79,19 +143,57 @@ class MaskFiller:
         tokens = self.vocab.tokens
         return [[(tokens[i], float(p[i])) for i in np.argsort(-p)[:top_k]] for p in probs]
 
-    def held_out_accuracy(self, corpus: str, batches: int = 20, batch_size: int = 32,
-                          seed: int = 1) -> tuple[float, int]:
-        """(masked-LM accuracy, masked tokens counted) on pretraining examples of `corpus`,
-        made with this model's vocabulary and the paper's 15% / 80-10-10 masking."""
+    def unigram_baseline(self, corpus: str | None = None,
+                         limit: int = BASELINE_TOKENS) -> UnigramBaseline:
+        """The most frequent token of the training text (`corpus`, by default the one the run
+        recorded), tokenized with this model's vocabulary; its first `limit` tokens or so."""
+        corpus = corpus or self.train_corpus
+        if not corpus:
+            raise ValueError(f"{self.source} does not record the corpus it trained on: give "
+                             "it for the unigram baseline (bertjax-fill-mask --train_corpus)")
+        counts = count_tokens(self.vocab.encode, training_documents(corpus), limit)
+        if not counts:
+            raise ValueError(f"training corpus {corpus!r} has no text: check the setting")
+        token_id, _ = counts.most_common(1)[0]
+        return UnigramBaseline(int(token_id), self.vocab.tokens[token_id],
+                               sum(counts.values()), corpus)
+
+    def held_out_batches(self, corpus: str, batches: int = 20, batch_size: int = 32,
+                         seed: int = 1) -> Iterator[dict[str, np.ndarray]]:
+        """Pretraining batches of `corpus` made with this model's vocabulary and the paper's
+        15% / 80-10-10 masking, at the model's sequence length (at most 128)."""
         length = min(128, self.config.max_position_embeddings)
         source = BertPretrainingSource(corpus=corpus, vocab=str(self.source), seed=seed)
         with tempfile.TemporaryDirectory() as scratch:
             source.prepare(scratch)
-        loss = jax.jit(bert_pretraining(self.config, use_nsp=False).loss_fn)
-        correct = total = 0.0
-        for _, batch in zip(range(batches), source.batches(0, length, batch_size), strict=False):
-            _, metrics = loss(self.params, batch, None)
-            weight = float(batch["masked_lm_weights"].sum())
-            correct += float(metrics["mlm_accuracy"]) * weight
-            total += weight
-        return correct / max(total, 1.0), int(total)
+        return itertools.islice(source.batches(0, length, batch_size), batches)
+
+    def score(self, batches: Iterable[dict[str, np.ndarray]],
+              baseline_id: int | None = None) -> HeldOutScore:
+        """Masked-LM accuracy over `batches` (masked_lm_weights count), overall and at the
+        positions whose input is [MASK]; with `baseline_id`, the accuracy of always guessing
+        it on the same positions."""
+        sums = collections.Counter()
+        for batch in batches:
+            guesses = np.asarray(self._guesses(self.params, batch))
+            targets, weights = batch["masked_lm_ids"], batch["masked_lm_weights"]
+            shown = np.take_along_axis(batch["input_ids"], batch["masked_lm_positions"], axis=1)
+            masked = weights * (shown == self.vocab.mask_id)
+            sums["count"] += weights.sum()
+            sums["mask_count"] += masked.sum()
+            sums["correct"] += (weights * (guesses == targets)).sum()
+            sums["mask_correct"] += (masked * (guesses == targets)).sum()
+            if baseline_id is not None:
+                sums["baseline"] += (weights * (targets == baseline_id)).sum()
+                sums["mask_baseline"] += (masked * (targets == baseline_id)).sum()
+        share = lambda key, of: float(sums[key] / max(sums[of], 1.0))  # noqa: E731
+        with_baseline = baseline_id is not None
+        return HeldOutScore(share("correct", "count"), int(sums["count"]),
+                            share("mask_correct", "mask_count"), int(sums["mask_count"]),
+                            share("baseline", "count") if with_baseline else None,
+                            share("mask_baseline", "mask_count") if with_baseline else None)
+
+    def held_out_score(self, corpus: str, baseline_id: int | None = None, batches: int = 20,
+                       batch_size: int = 32, seed: int = 1) -> HeldOutScore:
+        """`score` of `batches` pretraining batches of held-out `corpus`."""
+        return self.score(self.held_out_batches(corpus, batches, batch_size, seed), baseline_id)

@@ -1,6 +1,6 @@
 """Causal language modelling: next-token cross-entropy with per-token weights, and the GPT task.
 
-Batches (from data/lm.py) hold `input_ids` [B, L], `target_ids` [B, L] (the inputs shifted by
+Batches (from data/gpt/) hold `input_ids` [B, L], `target_ids` [B, L] (the inputs shifted by
 one token) and `loss_weights` [B, L]. Every position is predicted, so the [B, L, V] logits are
 all used; the loss is computed from them in float32.
 """
