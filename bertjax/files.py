@@ -1,31 +1,260 @@
-"""Files written whole or not at all: into a temporary file beside the target, then renamed
-over it, so a crash or a full disk never leaves a half-written vocabulary, record or output."""
+"""Where bertjax reads and writes run files: local paths and `gs://` objects through one path
+type, `etils.epath.Path` (orbax takes it too), and writes that are whole or absent.
 
+    as_path("gs://bucket/run") / "model.json"    a path; unknown schemes are one line
+    write_text(path, text)                        replaced whole, readable as the umask says
+    AppendFile(path)                              metrics.jsonl, TensorBoard events
+    local_copy(path)                              a local file to hand to code that needs one
+
+Local writes go into a temporary file beside the target, which takes the umask's mode (or the
+mode of the file it replaces) and is flushed to disk before it is renamed over the target, so a
+crash, a full disk or a power cut never leaves a half-written vocabulary, record or output, and
+a shared workdir stays readable by its group. An object store writes an object whole when its
+upload completes, so there the object is written directly, once its bytes are all known.
+
+`gs://` goes through gcsfs (fsspec), never through TensorFlow: the core of bertjax does not
+import it, and gcsfs and tensorstore honour the documented emulator endpoints
+(STORAGE_EMULATOR_HOST, TENSORSTORE_GCS_HTTP_URL), which `tf.io.gfile` does not.
+"""
+
+import atexit
 import contextlib
+import functools
+import io
 import os
 import pathlib
+import re
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import IO
+
+os.environ.setdefault("EPATH_USE_TF", "false")  # before epath first picks a gs:// backend
+if os.environ.get("STORAGE_EMULATOR_HOST"):
+    # gcsfs probes each bucket's layout over gRPC, which an emulator does not serve (a minute
+    # of retries per bucket); the JSON API it falls back to is what emulators answer.
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+
+from etils import epath  # noqa: E402
+
+Path = epath.Path
+OBJECT_STORES = ("gs",)  # the URI schemes bertjax reads and writes
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+class StorageError(ValueError):
+    """A path bertjax cannot use (an unsupported scheme); the message names the fix."""
+
+
+def scheme(path: str | os.PathLike) -> str | None:
+    """"gs" for gs://..., None for a local path."""
+    match = _SCHEME.match(os.fspath(path))
+    return match.group(1).lower() if match else None
+
+
+def as_path(path: str | os.PathLike) -> Path:
+    """`path` as a local or object-store path; one line for a scheme bertjax cannot write."""
+    if isinstance(path, Path):
+        return path
+    text = os.fspath(path)
+    found = scheme(text)
+    if found is not None and found not in OBJECT_STORES:
+        raise StorageError(f"{text}: {found}:// paths are not supported: use a local path or "
+                           f"{', '.join(f'{s}://BUCKET/PATH' for s in OBJECT_STORES)}")
+    return Path(text)
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """True for an object-store path (gs://)."""
+    return scheme(os.fspath(path)) is not None
+
+
+def absolute(path: str | os.PathLike) -> Path:
+    """An absolute local path, or the object-store path as it is."""
+    path = as_path(path)
+    return path if is_remote(path) else Path(os.path.abspath(path))
+
+
+def filesystem(path: str | os.PathLike):  # noqa: ANN201 - an fsspec filesystem
+    """The fsspec filesystem behind an object-store path, the very instance epath uses (for
+    what paths do not offer: create-only writes, dropping cached listings)."""
+    from etils.epath import backend
+
+    return backend.fsspec_backend.fs(os.fspath(path))
+
+
+def _umask() -> int:
+    """The process's umask (read without changing it where /proc allows)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: str | os.PathLike) -> int:
+    """The mode a file written at `path` gets: the mode of the file it replaces, else what
+    open() would give a new file (0666 less the umask)."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _fsync_directory(directory: str | os.PathLike) -> None:
+    """Make a rename in `directory` survive a power cut (where the platform allows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
-    """An open temporary file that replaces `path` when the block ends without an error."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """An open file whose contents replace `path` when the block ends without an error.
+
+    Local: a temporary file beside `path` (mode of the umask or of the replaced file), flushed
+    to disk, then renamed over it. Object store: the bytes are kept and uploaded at the end.
+    """
+    path = as_path(path)
     text = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+    if is_remote(path):
+        buffer = io.BytesIO()
+        handle = buffer if "b" in mode else io.TextIOWrapper(buffer, **text)
+        yield handle
+        handle.flush()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(buffer.getvalue())
+        return
+    target = pathlib.Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(target)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
+                               suffix=".tmp")
     try:
+        os.fchmod(fd, new_file_mode(target))
         with os.fdopen(fd, mode, **text) as f:
             yield f
-        os.replace(tmp, path)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        _fsync_directory(target.parent)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _remove_orphans(target: pathlib.Path) -> None:
+    """Delete temporary files of `target` left by processes that were killed (kill -9)
+    before they could clean up: their names carry the writer's PID."""
+    for orphan in target.parent.glob(f".{glob_escape(target.name)}.*.tmp"):
+        pid = orphan.name[len(target.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            orphan.unlink(missing_ok=True)
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob's special characters made literal."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     """Write `text` (UTF-8, \\n line ends) to `path` atomically."""
     with atomic_file(path) as f:
         f.write(text)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` atomically."""
+    with atomic_file(path, "wb") as f:
+        f.write(data)
+
+
+def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Copy a file between any two places (local or object store), atomically at `target`."""
+    write_bytes(target, as_path(source).read_bytes())
+
+
+class AppendFile:
+    """A file that grows by appends: metrics.jsonl and TensorBoard event files.
+
+    Local: appended and flushed to disk at each `flush`. Object stores cannot append, so the
+    whole object is rewritten at a flush, at most once per `remote_interval` seconds unless
+    forced (a checkpoint, the end of the run): what a crash loses after the last checkpoint is
+    what a resumed run drops anyway.
+    """
+
+    def __init__(self, path: str | os.PathLike, remote_interval: float = 30.0):
+        self.path = as_path(path)
+        self.remote = is_remote(self.path)
+        self.remote_interval = remote_interval
+        if self.remote:
+            self.data = bytearray(self.path.read_bytes() if self.path.exists() else b"")
+            self.dirty, self.flushed_at = False, 0.0
+        else:
+            local = pathlib.Path(self.path)
+            mode = new_file_mode(local)
+            fd = os.open(local, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+            self.file = os.fdopen(fd, "ab")
+
+    def write(self, data: bytes) -> None:
+        if self.remote:
+            self.data += data
+            self.dirty = True
+        else:
+            self.file.write(data)
+
+    def flush(self, force: bool = False) -> None:
+        """Make what was written durable (on object stores: at most every remote_interval s)."""
+        if not self.remote:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+        elif self.dirty and (force or time.monotonic() - self.flushed_at >= self.remote_interval):
+            self.path.write_bytes(bytes(self.data))
+            self.dirty, self.flushed_at = False, time.monotonic()
+
+    def close(self) -> None:
+        self.flush(force=True)
+        if not self.remote:
+            self.file.close()
+
+
+@functools.cache
+def _download_root() -> pathlib.Path:
+    root = tempfile.mkdtemp(prefix="bertjax-files-")
+    atexit.register(shutil.rmtree, root, True)
+    return pathlib.Path(root)
+
+
+def local_copy(path: str | os.PathLike) -> pathlib.Path:
+    """A local path holding `path`'s bytes: `path` itself when local, else a downloaded copy
+    (for readers that need a file name: tokenizers, Hugging Face loaders)."""
+    path = as_path(path)
+    if not is_remote(path):
+        return pathlib.Path(path)
+    target = _download_root() / str(path).split("://", 1)[1]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(path.read_bytes())
+    return target

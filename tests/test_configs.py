@@ -31,7 +31,8 @@ def test_bert_model_files_build_their_size(path):
     assert isinstance(config, BertConfig) and f"{PARAM_COUNTS[size] / 1e6:.1f}M" in path.read_text()
 
 
-@pytest.mark.parametrize("name, devices", [("cpu", 8), ("tpu_v3_32", 32), ("tpu_v3_128", 128)])
+@pytest.mark.parametrize("name, devices", [("cpu", 8), ("tpu_v3_32", 32), ("tpu_v3_128", 128),
+                                           ("tpu_v5e_16", 16)])
 def test_mesh_files_fit_their_device_count(name, devices):
     gin_utils.parse([f"configs/meshes/{name}.gin"], [])
     data = gin.query_parameter("make_mesh.data")

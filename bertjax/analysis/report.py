@@ -11,9 +11,9 @@ from __future__ import annotations
 import csv
 import io
 import os
-import pathlib
 from collections.abc import Sequence
 
+from bertjax import files
 from bertjax.analysis.runs import Run, swept_bindings
 
 # The metrics a paper's ablation table reads, in the order shown.
@@ -70,7 +70,7 @@ def _series(run: Run, key: str) -> tuple[list[int], list[float]]:
     return run.series(key)
 
 
-def plot_curves(runs: Sequence[Run], path: str | os.PathLike) -> pathlib.Path:
+def plot_curves(runs: Sequence[Run], path: str | os.PathLike) -> files.Path:
     """Loss and accuracy against step, one line per run, one panel per PANELS entry that any
     run has data for; written to `path` (PNG)."""
     from bertjax.analysis.plotting import pyplot
@@ -99,8 +99,9 @@ def plot_curves(runs: Sequence[Run], path: str | os.PathLike) -> pathlib.Path:
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=7, loc="best")
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=90)
     plt.close(fig)
+    path = files.as_path(path)  # local or gs://
+    files.write_bytes(path, image.getvalue())
     return path

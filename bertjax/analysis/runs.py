@@ -12,8 +12,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import pathlib
+import os
 import re
+
+from bertjax import files
+from bertjax.training.metrics import MetricsError, read_metrics
 
 METRICS, RESULTS, CONFIG, INIT = "metrics.jsonl", "eval_results.json", "config.gin", "init.txt"
 # Bookkeeping scalars a results table leaves out (they are in metrics.jsonl for whoever wants).
@@ -31,7 +34,7 @@ class Run:
     """One workdir: its name, history (one dict per logged line), gin settings, and the
     pretraining run it was fine-tuned from (if that is a bertjax workdir)."""
 
-    path: pathlib.Path
+    path: files.Path
     history: list[dict[str, float]]
     results: dict
     gin: dict[str, str]
@@ -69,26 +72,23 @@ class Run:
         return [int(row.get("step", i)) for i, row in enumerate(rows)], [row[key] for row in rows]
 
 
-def read_history(path: pathlib.Path) -> list[dict[str, float]]:
-    """metrics.jsonl's rows; one line naming the file for a missing, empty or garbled one."""
+def read_history(path: files.Path) -> list[dict[str, float]]:
+    """metrics.jsonl's rows (a torn last line dropped with a warning); one line naming the
+    file for a missing, empty or garbled one."""
     file = path / METRICS
     if not file.is_file():
         raise RunError(f"{path}: no {METRICS}: pass the --workdir of a bertjax-train or "
                        "bertjax-finetune run that has logged at least one step")
-    rows = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise RunError(f"{file}:{number} is not JSON: is this a bertjax metrics file?"
-                               ) from None
+    try:
+        rows = read_metrics(file)
+    except MetricsError as err:
+        raise RunError(f"{err} (is this a bertjax metrics file?)") from None
     if not rows:
         raise RunError(f"{file} is empty: the run logged no step yet")
     return rows
 
 
-def read_gin(path: pathlib.Path) -> dict[str, str]:
+def read_gin(path: files.Path) -> dict[str, str]:
     """`name = value` bindings of an operative config.gin (values joined onto one line)."""
     file = path / CONFIG
     if not file.is_file():
@@ -107,9 +107,10 @@ def read_gin(path: pathlib.Path) -> dict[str, str]:
             for k, v in bindings.items()}
 
 
-def load_run(path: str | pathlib.Path, follow_init: bool = True) -> Run:
-    """The run in `path`, with the pretraining workdir named in its init.txt, if any."""
-    path = pathlib.Path(path)
+def load_run(path: str | os.PathLike, follow_init: bool = True) -> Run:
+    """The run in `path` (local or gs://), with the pretraining workdir named in its init.txt,
+    if any."""
+    path = files.as_path(path)
     if not path.is_dir():
         raise RunError(f"{path} is not a directory: pass run workdirs")
     results_file = path / RESULTS
@@ -117,7 +118,7 @@ def load_run(path: str | pathlib.Path, follow_init: bool = True) -> Run:
     init = None
     init_file = path / INIT
     if follow_init and init_file.is_file():
-        source = pathlib.Path(init_file.read_text(encoding="utf-8").strip())
+        source = files.as_path(init_file.read_text(encoding="utf-8").strip())
         if (source / METRICS).is_file():
             init = load_run(source, follow_init=False)
     return Run(path, read_history(path), results, read_gin(path), init)

@@ -2,33 +2,45 @@
 or ELMo for a downstream task; evaluate on a dev set; re-running resumes.
 
     bertjax-finetune --gin_file=configs/finetune/bert_classification.gin \
-        --init=<bertjax workdir | Hugging Face model dir | OPTIONS.json,WEIGHTS.hdf5> \
-        --train=train.tsv --eval=dev.tsv --workdir=/tmp/sst2 [--gin.finetune.epochs=2]
+        --init=<bertjax workdir | Hugging Face model dir | Google BERT dir | \
+                OPTIONS.json,WEIGHTS.hdf5> \
+        --train=train.tsv --eval=dev.tsv --workdir=/tmp/sst2 [--gin.finetune.epochs=2] \
+        [--predict=glue_data/SST-2/test.tsv]
 
 The recipe (configs/finetune/) names the family, the task type and the hyper-parameters.
 --train / --eval are files (GLUE TSV, CSV, JSON lines, CoNLL columns, SQuAD JSON, SWAG CSV) or
 tfds:NAME[:SPLIT]. The run is evaluated every finetune.eval_every steps and at its end; the
 best checkpoint by the task's main metric is kept in WORKDIR/best, with WORKDIR/eval_results.json
-and WORKDIR/predictions.jsonl (one line per dev example: id, prediction, gold); WORKDIR/init.txt
-records --init, so bertjax-report can show the pretraining run beside the fine-tuning.
+and WORKDIR/predictions.jsonl (one line per dev example: id, prediction, gold); SQuAD runs
+also write predictions.json (and null_odds.json for 2.0) for the official evaluation scripts.
+WORKDIR/init.txt records --init, so bertjax-report can show the pretraining run beside the
+fine-tuning; WORKDIR/task.json records the labels and tokenizer, for bertjax-export.
+--predict=FILE (repeatable; classification, pair classification, regression) predicts an
+unlabelled file (a GLUE test split) with the best checkpoint into WORKDIR/submission/NAME.tsv
+in the format the GLUE server reads (bertjax/finetune/official.py).
 """
 
 import json
 import math
+import os
 import pathlib
+import sys
 import time
 
 import gin
 import jax
 from absl import flags
 
+from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
 from bertjax.data.labelled import read_task
+from bertjax.finetune import official
 from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.pretrained import load_pretrained
 from bertjax.finetune.setup import setup_task
-from bertjax.training import loop
+from bertjax.finetune.task_record import write_task_record
+from bertjax.training import lease, loop, preemption
 from bertjax.training.evaluation import RESULTS
 from bertjax.training.experiment import Experiment
 from bertjax.training.optim import make_optimizer
@@ -43,7 +55,8 @@ def define_flags() -> None:
     runner.define_gin_flags()
     string = flags.DEFINE_string
     for name, help_text in (
-        ("init", "The pretrained model: a bertjax workdir, a Hugging Face model directory, or "
+        ("init", "The pretrained model: a bertjax workdir, a Hugging Face model directory, a "
+                 "Google BERT directory (bert_config.json, vocab.txt, bert_model.ckpt.*), or "
                  "bilm-tf OPTIONS.json,WEIGHTS.hdf5."),
         ("train", "Training examples: a file or tfds:NAME[:SPLIT]."),
         ("eval", "Evaluation (dev) examples: a file or tfds:NAME[:SPLIT]."),
@@ -52,18 +65,29 @@ def define_flags() -> None:
     ):
         runner.define_once(string, name, None, help_text)
     runner.define_once(flags.DEFINE_bool, "progress", True, "Show the progress bar.")
+    runner.define_once(flags.DEFINE_multi_string, "predict", [], "Unlabelled examples (a GLUE "
+                       "test file or tfds:NAME:SPLIT; repeatable) to predict with the best "
+                       "checkpoint into WORKDIR/submission/NAME.tsv.")
+    runner.define_once(flags.DEFINE_bool, "do_lower_case", None, "Whether a Google BERT "
+                       "--init is uncased; needed when its directory name says neither "
+                       "uncased_ nor cased_.")
+
+    runner.define_lease_flag()
 
 
-def finetune(workdir: pathlib.Path, init: str, train_spec: str, eval_spec: str,
-             show_progress: bool = True) -> tuple[loop.RunResult, dict]:
-    """Run the recipe gin has parsed; (the run's result, eval_results.json's contents)."""
+def finetune(workdir: os.PathLike, init: str, train_spec: str, eval_spec: str,
+             show_progress: bool = True, predict: tuple[str, ...] = (),
+             lower_case: bool | None = None) -> tuple[loop.RunResult, dict]:
+    """Run the recipe gin has parsed; (the run's result, eval_results.json's contents).
+    `predict`: unlabelled files to predict with the best checkpoint (official.py)."""
     recipe = gin_utils.configured("finetune")
     mesh = gin.get_configurable("bertjax.make_mesh")()
     gin_utils.check_all_read(ignore=("aot_compile",))
     columns = dict(text_columns=recipe.text_columns, label_column=recipe.label_column)
     train = read_task(train_spec, recipe.task, **columns, split_hint="train")
     dev = read_task(eval_spec, recipe.task, **columns, split_hint="validation")
-    model = load_pretrained(init, recipe.family)
+    unlabelled = official.read_unlabelled(predict, recipe)
+    model = load_pretrained(init, recipe.family, lower_case=lower_case)
     setup = setup_task(recipe, model, train, dev, eval_spec)
     n = len(next(iter(setup.train.values())))
     steps = max(1, math.ceil(recipe.epochs * n / recipe.batch_size))
@@ -76,12 +100,16 @@ def finetune(workdir: pathlib.Path, init: str, train_spec: str, eval_spec: str,
     evaluator = make_evaluator(setup, recipe.task, min(recipe.eval_every, steps),
                                recipe.batch_size)
     result = loop.run(exp, workdir, mesh, show_progress, setup.initial_params, evaluator)
-    results_file = workdir / RESULTS
+    if jax.process_index() == 0:
+        write_task_record(workdir, recipe, model, setup.labels)
+        for path in official.write_submissions(workdir, unlabelled, setup, recipe.batch_size):
+            print(f"{PROGRAM}: wrote {path}", file=sys.stderr, flush=True)
+    results_file = files.as_path(workdir) / RESULTS
     results = json.loads(results_file.read_text()) if results_file.is_file() else {}
     return result, results
 
 
-def summarize(result: loop.RunResult, results: dict, workdir: pathlib.Path,
+def summarize(result: loop.RunResult, results: dict, workdir: files.Path,
               seconds: float) -> str:
     """The lines a person reads at the end: the dev metrics of the best and last evaluation."""
     def scores(d: dict) -> str:
@@ -103,16 +131,18 @@ def main() -> None:
             raise gin_utils.ConfigError(
                 f"--{name} is required: {PROGRAM} --gin_file=configs/finetune/RECIPE.gin "
                 "--init=MODEL --train=FILE --eval=FILE --workdir=DIR")
-    runner.announce_backend(PROGRAM)
-    gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
-    start = time.perf_counter()
-    result, results = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress)
-    if jax.process_index() == 0 and result.step > result.start_step:
-        local = "," not in FLAGS.init and "://" not in FLAGS.init
-        init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init
-        (workdir / INIT_RECORD).write_text(init + "\n", encoding="utf-8")
-    runner.finish_run(PROGRAM, result, workdir,
-                      lambda: summarize(result, results, workdir, time.perf_counter() - start))
+    with preemption.watch(), lease.hold(workdir, FLAGS.lease_timeout):
+        runner.announce_backend(PROGRAM)
+        gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+        start = time.perf_counter()
+        result, results = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval,
+                                   FLAGS.progress, tuple(FLAGS.predict), FLAGS.do_lower_case)
+        if jax.process_index() == 0 and result.step > result.start_step:
+            local = "," not in FLAGS.init and not files.is_remote(FLAGS.init)
+            init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init
+            files.write_text(workdir / INIT_RECORD, init + "\n")
+        runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
+            result, results, workdir, time.perf_counter() - start))
 
 
 def run() -> None:

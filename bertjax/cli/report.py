@@ -11,10 +11,9 @@ logged steps; dev_ / best_ metrics come from the last evaluation and eval_result
 Writes OUT/report.md, OUT/report.csv and OUT/curves.png (needs matplotlib) and prints the table.
 """
 
-import pathlib
-
 from absl import flags
 
+from bertjax import files
 from bertjax.analysis.report import csv_text, markdown, plot_curves, table
 from bertjax.analysis.runs import load_run
 from bertjax.cli import runner
@@ -41,10 +40,10 @@ def report(run_dirs: list[str], out: str | None, last: int = 5, plot: bool = Tru
     header, rows = table(runs, last)
     text = markdown(header, rows)
     if out:
-        directory = pathlib.Path(out)
+        directory = files.as_path(out)  # local or gs://
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / "report.md").write_text(text, encoding="utf-8")
-        (directory / "report.csv").write_text(csv_text(header, rows), encoding="utf-8")
+        files.write_text(directory / "report.md", text)
+        files.write_text(directory / "report.csv", csv_text(header, rows))
         if plot:
             try:
                 plot_curves(runs, directory / "curves.png")

@@ -1,7 +1,8 @@
 """What every bertjax command-line tool shares: --help, flag errors, the backend line and the
 one-line error path (`PROGRAM: error: ...`, exit status 2, nothing else on the terminal)."""
 
-import pathlib
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,7 +12,9 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
+from bertjax import files
 from bertjax.cli import gin_utils
+from bertjax.training import lease, preemption
 
 FLAGS = flags.FLAGS
 HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
@@ -31,14 +34,14 @@ def fail(program: str, err: BaseException | str) -> None:
     sys.exit(2)
 
 
-def finish_run(program: str, result: Any, workdir: pathlib.Path,
+def finish_run(program: str, result: Any, workdir: os.PathLike,
                summary: Callable[[], str]) -> None:
     """The end of a training run (a `loop.RunResult`): process 0 records the operative
     config.gin of a run that trained and prints `summary()`; a run stopped by a signal or
     preemption then says where it stopped (its exit status is 0)."""
     if jax.process_index() == 0:
         if result.step > result.start_step:  # a no-op run leaves the recorded config alone
-            (workdir / "config.gin").write_text(gin.operative_config_str(), encoding="utf-8")
+            files.write_text(files.as_path(workdir) / "config.gin", gin.operative_config_str())
         print(summary())
     if result.stopped:
         print(f"{program}: stopped at step {result.step} ({result.stopped}): the checkpoint is "
@@ -58,6 +61,13 @@ def define_once(define: Callable[..., Any], name: str, *args: Any, **kwargs: Any
     flags when they run, and tests run several tools in one process."""
     if name not in FLAGS:
         define(name, *args, **kwargs)
+
+
+def define_lease_flag() -> None:
+    """--lease_timeout, for the tools that train in a workdir (see training/lease.py)."""
+    define_once(flags.DEFINE_float, "lease_timeout", lease.DEFAULT_TIMEOUT,
+                "Seconds after which a workdir lease on object storage that its run stopped "
+                "renewing is taken over (local leases end with their process).")
 
 
 def define_gin_flags() -> None:
@@ -103,14 +113,42 @@ def guarded(program: str, main: Callable[..., None],
         if not FLAGS["verbosity"].present:  # progress lines only; --verbosity=0 shows INFO logs
             absl_logging.set_verbosity(absl_logging.WARNING)
         try:
-            main(argv[1:]) if positional else main()
+            with _terminate_as_interrupt():
+                main(argv[1:]) if positional else main()
         except (ValueError, OSError) as err:
             fail(program, err)
-        except KeyboardInterrupt:  # before training started: there is nothing to save
+        except preemption.Interrupted as err:  # a training tool, before training started
+            print(f"{program}: interrupted before training started ({err}): nothing was "
+                  "saved", file=sys.stderr, flush=True)
+            sys.exit(130)
+        except KeyboardInterrupt:
             print(f"{program}: interrupted", file=sys.stderr, flush=True)
             sys.exit(130)
 
     return run_main
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM in a tool that does not train: ends it as Ctrl-C does."""
+
+
+class _terminate_as_interrupt:  # noqa: N801 - used as a context manager
+    """SIGTERM raises, as Ctrl-C does, so what a tool leaves half done is cleaned up (its
+    atomic outputs' temporary files); the training tools watch both signals themselves."""
+
+    def __enter__(self) -> None:
+        try:
+            self.previous = signal.signal(signal.SIGTERM, self._raise)
+        except ValueError:  # not the main thread
+            self.previous = None
+
+    @staticmethod
+    def _raise(signum: int, frame: object) -> None:
+        raise _Terminated(signal.Signals(signum).name)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def run(program: str, doc: str, main: Callable[..., None], modules: Sequence[str],

@@ -16,7 +16,9 @@ embeddings and `cls.predictions.bias` in both libraries, so it is checked, never
 
 Import exactly (every parameter found, every tensor used) with `load_hf_bert(dir)` or
 `hf_to_bertjax(state_dict, config)`; fill an initialised model with what a checkpoint holds,
-keeping and reporting the rest, with `load_pretrained(path, params)`; export with `bertjax_to_hf`.
+keeping and reporting the rest, with `load_pretrained(path, params)` (or `fill_pretrained` for
+tensors already read); export with `bertjax_to_hf` (BertModel, BertForPreTraining) and
+`head_to_hf` (the fine-tuning heads of bertjax.finetune.bert), and `hf_config` for config.json.
 The head count is not visible in the weights: take the config from config.json (`load_hf_config`).
 """
 
@@ -423,6 +425,22 @@ def load_hf_bert(
         raise ValueError(f"{path}: {e}") from None
 
 
+def hf_shapes(config: BertConfig, heads: bool = False) -> dict[str, tuple[int, ...]]:
+    """{transformers name: shape} of BertModel(config) (bare names), or with `heads` of
+    BertForPreTraining(config) (`bert.`/`cls.` names, tied decoder left out); no memory."""
+    shapes = {}
+    for path, leaf in _flatten(param_template(config, heads))[0]:
+        name, kind = _hf_name(path)
+        name = f"bert.{name}" if heads and not name.startswith("cls.") else name
+        shapes[name] = _hf_shape(kind, nn.unbox(leaf).shape)
+    return shapes
+
+
+def fill_pretrained(state_dict: Mapping[str, Any], params: Params) -> tuple[Params, LoadReport]:
+    """`load_pretrained` for tensors already read (transformers names, bare or prefixed)."""
+    return _fill(state_dict, params, check_layers=False)
+
+
 def load_pretrained(path: PathLike, params: Params) -> tuple[Params, LoadReport]:
     """Fill initialised `params` (BertModel or BertForPreTraining, boxed or not) from a checkpoint.
 
@@ -486,3 +504,64 @@ def bertjax_to_hf(params: Params, config: BertConfig) -> dict[str, np.ndarray]:
             prefix = "" if source.startswith("cls.") else "bert."
             tensors[tied] = tensors[prefix + source].copy()
     return tensors
+
+
+# ----------------------------------------------------------------------------- heads and config
+
+# bertjax.finetune.bert head kind: (transformers class, bertjax head, transformers head,
+# whether the transformers class has the pooler)
+HEAD_CLASSES = {
+    "classify": ("BertForSequenceClassification", "classifier", "classifier", True),
+    "regress": ("BertForSequenceClassification", "classifier", "classifier", True),
+    "choice": ("BertForMultipleChoice", "classifier", "classifier", True),
+    "tag": ("BertForTokenClassification", "classifier", "classifier", False),
+    "span": ("BertForQuestionAnswering", "span", "qa_outputs", False),
+}
+_ACTIVATION_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+
+
+def head_to_hf(params: Params, config: BertConfig, kind: str) -> dict[str, np.ndarray]:
+    """transformers-named tensors of a fine-tuned BertHead of `kind` (HEAD_CLASSES): the
+    encoder under `bert.` (without the pooler where the transformers class has none) and the
+    head's Dense as a torch Linear ([out, in])."""
+    if kind not in HEAD_CLASSES:
+        raise ValueError(f"unknown head {kind!r}: export one of {', '.join(HEAD_CLASSES)}")
+    architecture, ours, theirs, pooler = HEAD_CLASSES[kind]
+    extra = sorted(set(params) - {"bert", ours})
+    if extra:
+        raise ValueError(f"the {kind} head has parameters {', '.join(extra)} that "
+                         f"{architecture} lacks: export the encoder alone")
+    encoder = bertjax_to_hf(params["bert"], config)
+    tensors = {f"bert.{name}": value for name, value in encoder.items()
+               if pooler or not name.startswith("pooler.")}
+    head = {k: np.asarray(nn.unbox(v)) for k, v in params[ours].items()}
+    tensors[f"{theirs}.weight"] = np.array(head["kernel"].T, order="C")
+    tensors[f"{theirs}.bias"] = np.array(head["bias"], order="C")
+    return tensors
+
+
+def hf_config(config: BertConfig, architecture: str, **extra: Any) -> dict[str, Any]:
+    """The transformers config.json of a bertjax BERT, for `architecture` (BertModel,
+    BertForPreTraining, one of HEAD_CLASSES'); `extra` adds keys such as id2label. One line
+    for a BERT transformers cannot run the same way (pre-LN blocks, causal attention)."""
+    tcfg = config.transformer
+    if config.causal:
+        raise ValueError("a left-to-right (causal) BERT has no transformers counterpart: "
+                         "its BertModel attends both ways and pools [CLS]")
+    if tcfg.pre_layer_norm:
+        raise ValueError("bert_config.pre_layer_norm=True has no transformers BERT "
+                         "counterpart (its blocks are post-LN)")
+    if tcfg.activation not in _ACTIVATION_NAMES:
+        raise ValueError(f"activation {tcfg.activation!r} has no transformers BERT "
+                         f"counterpart: use one of {', '.join(_ACTIVATION_NAMES)}")
+    fields = {key: getattr(tcfg if hasattr(tcfg, field) else config, field)
+              for field, key in {**_HF_CONFIG, **_HF_CONFIG_OPTIONAL}.items()}
+    return {
+        "architectures": [architecture],
+        "model_type": "bert",
+        **fields,
+        "hidden_act": _ACTIVATION_NAMES[tcfg.activation],
+        "position_embedding_type": "absolute",
+        "pad_token_id": 0,
+        **extra,
+    }

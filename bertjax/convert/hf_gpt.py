@@ -173,3 +173,82 @@ def load_hf_gpt(path: PathLike, **overrides: Any) -> tuple[GptConfig, dict[str, 
     except ValueError as e:
         raise ValueError(f"{config_file}: {e}") from None
     return config, hf_to_bertjax(load_hf_state_dict(directory), config)
+
+
+# ----------------------------------------------------------------------------- export
+
+_ARCHITECTURES = {  # family: (LM head class, bare transformer class)
+    "gpt2": ("GPT2LMHeadModel", "GPT2Model"),
+    "openai-gpt": ("OpenAIGPTLMHeadModel", "OpenAIGPTModel"),
+}
+
+
+def bertjax_to_hf(params: Mapping[str, Any], config: GptConfig, lm_head: bool = True
+                  ) -> dict[str, np.ndarray]:
+    """transformers-named tensors of GptLM params (the inverse of `hf_to_bertjax`): GPT-2's
+    GPT2LMHeadModel (OpenAI GPT's OpenAIGPTLMHeadModel) names with the tied `lm_head.weight`,
+    or without `lm_head` the bare GPT2Model / OpenAIGPTModel names."""
+    tcfg = config.transformer
+    if tcfg.scan_layers or "layers" in params.get("transformer", {}):
+        raise ValueError("scanned GPT params stack the layers: un-stack them first "
+                         "(bertjax.convert.export.unstack_layers)")
+    wte, wpe, ln_f = _NAMES[_family(config)]
+    E = tcfg.hidden_size
+    stack = params["transformer"]
+    out: dict[str, np.ndarray] = {}
+
+    def put(name: str, value: Any) -> None:
+        out[name] = np.array(value, order="C")  # owned and contiguous, as safetensors wants
+
+    for i in range(tcfg.num_layers):
+        layer, p = stack[f"layer_{i}"], f"h.{i}"
+        attention = layer["attention"]
+        qkv = [np.asarray(attention[f"{n}_kernel"]).reshape(E, E) for n in ("query", "key",
+                                                                          "value")]
+        put(f"{p}.attn.c_attn.weight", np.concatenate(qkv, axis=1))
+        put(f"{p}.attn.c_attn.bias", np.concatenate(
+            [np.asarray(attention[f"{n}_bias"]).reshape(E) for n in ("query", "key", "value")]))
+        put(f"{p}.attn.c_proj.weight", np.asarray(attention["out_kernel"]).reshape(E, E))
+        put(f"{p}.attn.c_proj.bias", attention["out_bias"])
+        for ours, theirs in (("attention_layer_norm", "ln_1"), ("mlp_layer_norm", "ln_2")):
+            put(f"{p}.{theirs}.weight", layer[ours]["scale"])
+            put(f"{p}.{theirs}.bias", layer[ours]["bias"])
+        for ours, theirs in (("wi", "c_fc"), ("wo", "c_proj")):
+            put(f"{p}.mlp.{theirs}.weight", layer["mlp"][ours]["kernel"])
+            put(f"{p}.mlp.{theirs}.bias", layer["mlp"][ours]["bias"])
+    if ln_f is not None:
+        put(f"{ln_f}.weight", stack["final_layer_norm"]["scale"])
+        put(f"{ln_f}.bias", stack["final_layer_norm"]["bias"])
+    put(f"{wte}.weight", params["token_embeddings"]["embedding"])
+    put(f"{wpe}.weight", params["position_embeddings"]["embedding"])
+    if not lm_head:
+        return out
+    tensors = {f"transformer.{name}": value for name, value in out.items()}
+    tensors["lm_head.weight"] = tensors[f"transformer.{wte}.weight"].copy()
+    return tensors
+
+
+def hf_config(config: GptConfig, lm_head: bool = True, **extra: Any) -> dict[str, Any]:
+    """The transformers config.json of a bertjax GPT: GPT-2 (pre-LN) or OpenAI GPT (post-LN);
+    `extra` adds keys such as bos_token_id. One line for an activation transformers lacks."""
+    tcfg, family = config.transformer, _family(config)
+    names = {act: key for key, act in _ACTIVATIONS[family].items()}
+    names.update({"gelu_tanh": "gelu_new"} if family == "gpt2" else {})
+    if tcfg.activation not in names:
+        raise ValueError(f"activation {tcfg.activation!r} has no transformers {family} "
+                         f"counterpart: use one of {', '.join(sorted(names))}")
+    common = dict(vocab_size=config.vocab_size, n_positions=config.max_position_embeddings,
+                  n_embd=tcfg.hidden_size, n_layer=tcfg.num_layers, n_head=tcfg.num_heads,
+                  resid_pdrop=tcfg.dropout_rate, embd_pdrop=tcfg.dropout_rate,
+                  attn_pdrop=tcfg.attention_dropout_rate, layer_norm_epsilon=tcfg.layer_norm_eps,
+                  initializer_range=tcfg.initializer_range)
+    if family == "gpt2":
+        own = dict(n_inner=tcfg.mlp_dim, activation_function=names[tcfg.activation])
+    else:
+        if tcfg.mlp_dim != 4 * tcfg.hidden_size:
+            raise ValueError(f"mlp_dim {tcfg.mlp_dim} != 4 * hidden_size: transformers' OpenAI "
+                             "GPT has no setting for another MLP width")
+        own = dict(afn=names[tcfg.activation])
+    architecture = _ARCHITECTURES[family][0 if lm_head else 1]
+    return {"architectures": [architecture], "model_type": family, **common, **own,
+            "tie_word_embeddings": True, **extra}

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from absl import logging
 
+from bertjax import files
 from bertjax.files import atomic_file
 
 FORMATS = ("bert", "plain")
@@ -58,13 +59,14 @@ def split_sentences(text: str) -> list[str]:
 # ---------------------------------------------------------------- files
 
 
-def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[pathlib.Path]:
-    """Files named by paths: files as given, directories' *.txt files (sorted), glob matches."""
+def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> list[files.Path]:
+    """Files named by paths (local or gs://): files as given, directories' *.txt files
+    (sorted), glob matches."""
     if isinstance(paths, str | os.PathLike):
         paths = [paths]
-    files: dict[pathlib.Path, None] = {}  # ordered, without repeats
+    found: dict[str, files.Path] = {}  # ordered, without repeats
     for entry in paths:
-        path = pathlib.Path(entry)
+        path = files.as_path(entry)
         if path.is_dir():
             matches = sorted(path.glob("*.txt"))
             if not matches:
@@ -74,14 +76,24 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
         elif path.is_file():
             matches = [path]
         else:
-            matches = sorted(pathlib.Path(p) for p in glob.glob(str(entry), recursive=True))
-            matches = [p for p in matches if p.is_file()]
+            matches = _glob(str(entry))
             if not matches:
                 raise CorpusError(
                     f"{entry}: no such file, directory or glob match; fix the corpus setting"
                 )
-        files.update(dict.fromkeys(matches))
-    return list(files)
+        found.update((str(match), match) for match in matches)
+    return list(found.values())
+
+
+def _glob(pattern: str) -> list[files.Path]:
+    """The files a glob pattern matches, local or on object storage."""
+    if files.is_remote(pattern):
+        scheme = pattern.split("://", 1)[0]
+        names = files.filesystem(pattern).glob(pattern)
+        matches = [files.as_path(f"{scheme}://{name}") for name in sorted(names)]
+    else:
+        matches = [files.as_path(p) for p in sorted(glob.glob(pattern, recursive=True))]
+    return [path for path in matches if path.is_file()]
 
 
 def is_binary(data: bytes) -> bool:
@@ -92,28 +104,27 @@ def is_binary(data: bytes) -> bool:
     return b"\x00" in data
 
 
-def _read_lines(path: pathlib.Path) -> list[str]:
-    """Lines of a UTF-8 file; bad bytes become U+FFFD with one warning naming the file."""
+def _read_lines(path: files.Path) -> Iterator[str]:
+    """Lines of a UTF-8 file, streamed (a corpus is never held as one string); bad bytes
+    become U+FFFD with one warning naming the file."""
+    bad = 0
     try:
-        data = path.read_bytes()
+        with path.open("rb") as stream:
+            for raw in stream:
+                if is_binary(raw):
+                    raise CorpusError(
+                        f"{path} is a binary file, not text: point the corpus setting at text")
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line, bad = raw.decode("utf-8", errors="replace"), bad + 1
+                yield line.rstrip("\n").rstrip("\r")
     except OSError as e:
         raise CorpusError(
-            f"{path}: cannot read ({e.strerror}); fix the corpus setting"
+            f"{path}: cannot read ({e.strerror or e}); fix the corpus setting"
         ) from e
-    if is_binary(data):
-        raise CorpusError(f"{path} is a binary file, not text: point the corpus setting at text")
-    try:
-        lines = data.decode("utf-8").split("\n")
-    except UnicodeDecodeError:
-        lines, bad = [], 0
-        for raw in data.split(b"\n"):
-            try:
-                lines.append(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                lines.append(raw.decode("utf-8", errors="replace"))
-                bad += 1
+    if bad:
         logging.warning("%s: %d line(s) had invalid UTF-8 bytes, replaced by U+FFFD", path, bad)
-    return [line.rstrip("\r") for line in lines]
 
 
 def _blocks(lines: Iterable[str]) -> Iterator[list[str]]:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pathlib
 from collections.abc import Iterable, Sequence
 
+from bertjax import files
 from bertjax.data.corpora import is_binary
 
 TASK_TYPES = (
@@ -116,7 +116,7 @@ def read_task(
                                        label_column=label_column, split_hint=split_hint)
     from bertjax.data import conll, squad, tables
 
-    path = pathlib.Path(spec)
+    path = files.as_path(spec)  # local or gs://
     text = read_text(path)
     if task_type == "tagging":
         examples = conll.read_conll(path, text)
@@ -130,7 +130,7 @@ def read_task(
     return examples
 
 
-def read_text(path: pathlib.Path) -> str:
+def read_text(path: files.Path) -> str:
     """The text of a UTF-8 file (a byte-order mark dropped); one TaskDataError line otherwise."""
     if not path.is_file():
         what = "is a directory, not a file" if path.is_dir() else "no such file"

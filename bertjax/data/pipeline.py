@@ -35,6 +35,7 @@ from bertjax.data.pretraining import (
 )
 from bertjax.data.source import DataError, Example, FeatureSpec, Source, load_documents
 from bertjax.data.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
+from bertjax.files import as_path
 
 
 def default_max_predictions(seq_length: int, masked_lm_prob: float) -> int:
@@ -183,11 +184,11 @@ class BertPretrainingSource(Source):
         """As the base; with a cache_dir only the vocabulary, which the cache was built with."""
         if not self.cache_dir:
             return super().prepare(workdir)
-        kept = pathlib.Path(workdir) / self.vocab_files["vocab"]
+        kept = as_path(workdir) / self.vocab_files["vocab"]
         if self.vocab_spec == "learn" and not kept.is_file():
             raise DataError(f"{self.setting}.cache_dir needs the vocabulary the cache was built "
                             f"with: set {self.setting}.vocab to its vocab.txt")
-        self._load_or_learn(pathlib.Path(workdir), [])
+        self._load_or_learn(as_path(workdir), [])
 
     def tokenizer_options(self) -> dict[str, Any]:
         return {"lower_case": self.lower_case}

@@ -41,7 +41,6 @@ import logging
 import os
 import pathlib
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -51,8 +50,8 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
+from bertjax import files
 from bertjax.data import corpora
-from bertjax.files import atomic_file
 
 Example = dict[str, np.ndarray]
 FeatureSpec = dict[str, tuple[tuple[int, ...], type]]
@@ -212,14 +211,16 @@ class Source:
         if not view:
             raise DataError(f"corpus {self.corpus_name!r} has no text: point "
                             f"{self.setting}.corpus at some")
-        self._load_or_learn(pathlib.Path(workdir), view)
+        self._load_or_learn(files.as_path(workdir), view)
         self.encode(view)
         logging.info("%s: corpus %s, %d documents, vocabulary of %d", self.setting,
                      self.corpus_name, len(documents), self.vocab_size)
 
-    def _load_or_learn(self, workdir: pathlib.Path, view: Sequence) -> None:
+    def _load_or_learn(self, workdir: files.Path, view: Sequence) -> None:
         kept = {role: workdir / name for role, name in self.vocab_files.items()}
         resumed = all(path.is_file() for path in kept.values())
+        if resumed:  # tokenizers read local files: a workdir on object storage is downloaded
+            kept = {role: files.local_copy(path) for role, path in kept.items()}
         if self.vocab_spec != "learn":
             self._files = self._given_files()
             self.vocab = self.load_vocab(self._files)
@@ -243,30 +244,35 @@ class Source:
         self.vocab = self.load_vocab(self._files)
 
     def _given_files(self) -> dict[str, pathlib.Path]:
-        """Given files: a directory holding them, or their comma-separated paths."""
+        """Given files (local or gs://): a directory holding them, or their comma-separated
+        paths; local copies of those on object storage."""
         names = list(self.vocab_files.values())
-        paths = [pathlib.Path(p.strip()) for p in self.vocab_spec.split(",")]
+        paths = [files.as_path(p.strip()) for p in self.vocab_spec.split(",")]
         if len(paths) == 1 and paths[0].is_dir():
             paths = [paths[0] / name for name in names]
         if len(paths) != len(names) or not all(path.is_file() for path in paths):
             raise DataError(f"vocabulary {self.vocab_spec!r} not found: set {self.setting}.vocab "
                             f"to 'learn', a directory holding {' and '.join(names)}, or the "
                             f"path{'s' if len(names) > 1 else ''} {','.join(names)}")
-        return dict(zip(self.vocab_files, paths, strict=True))
+        return dict(zip(self.vocab_files, map(files.local_copy, paths), strict=True))
 
     def save(self, workdir: str | os.PathLike) -> dict[str, Any]:
         """Copy the vocabulary into the workdir (host 0) and give the record's tokenizer part."""
         if not self._files:
             raise RuntimeError("call prepare(workdir) before save(workdir)")
-        workdir = pathlib.Path(workdir)
+        workdir = files.as_path(workdir)
         if jax.process_index() == 0:
             workdir.mkdir(parents=True, exist_ok=True)
             for role, path in self._files.items():
                 target = workdir / self.vocab_files[role]
-                if not (target.exists() and target.samefile(path)):
-                    _copy_atomic(path, target)
-            if self._staging is not None:  # the workdir now holds the learned files
-                self._files = {role: workdir / name for role, name in self.vocab_files.items()}
+                same = (not files.is_remote(target) and target.exists()
+                        and os.path.samefile(target, path))
+                if not same:
+                    files.copy(path, target)
+            if self._staging is not None and not files.is_remote(workdir):
+                # the workdir now holds the learned files
+                self._files = {role: pathlib.Path(workdir / name)
+                               for role, name in self.vocab_files.items()}
                 self._staging.cleanup()
                 self._staging = None
         return {"kind": self.vocab_kind, "files": dict(self.vocab_files),
@@ -297,8 +303,3 @@ class Source:
         )
         return dataset.batch(batch_size, drop_remainder=True).prefetch(2).as_numpy_iterator()
 
-
-def _copy_atomic(source: pathlib.Path, target: pathlib.Path) -> None:
-    """Copy a file so that `target` is never seen half written."""
-    with atomic_file(target, "wb") as f, open(source, "rb") as original:
-        shutil.copyfileobj(original, f)

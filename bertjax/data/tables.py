@@ -87,7 +87,7 @@ def examples_from_rows(
     if label in texts:
         raise TaskDataError(f"{where}: column {label!r} is both a text and the label; fix "
                             f"{TEXT_SETTING} or {LABEL_SETTING}")
-    return [
+    examples = [
         TextExample(
             id=_id(row, id_column, i),
             texts=tuple(_text(where, line, row, c) for c in texts),
@@ -96,6 +96,35 @@ def examples_from_rows(
         )
         for i, (line, row) in enumerate(rows)
     ]
+    _check_label_kinds(where, label, [(line, ex.label) for (line, _), ex in
+                                      zip(rows, examples, strict=True)])
+    return examples
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_label_kinds(where: str, column: str | None,
+                       labels: Sequence[tuple[int | str, object]]) -> None:
+    """Class labels are all numbers (SST-2's 0/1) or all names (AG News' "Sports"): a column
+    mixing both is a shifted column or a stray row, and would train a head with a class per
+    spelling, so it is refused, naming the first label of the rarer kind."""
+    names = [(line, label) for line, label in labels if isinstance(label, str)]
+    numbers = [(line, label) for line, label in names if _is_number(label)]
+    words = [(line, label) for line, label in names if not _is_number(label)]
+    if numbers and words:
+        rare, common = (numbers, words) if len(numbers) <= len(words) else (words, numbers)
+        line, label = rare[0]
+        raise TaskDataError(
+            f"{where}:{line}: label {label!r} in column {column!r}, whose other labels are "
+            f"{'names' if common is words else 'numbers'} such as {common[0][1]!r}: a label "
+            f"column holds class names or class numbers, not both; fix that line or "
+            f"{LABEL_SETTING}")
 
 
 # ---------------------------------------------------------------- rows
@@ -136,8 +165,13 @@ def table_rows(path: pathlib.Path, text: str) -> tuple[list[str], list[tuple[int
             else:
                 rows.append((reader.line_num, dict(zip(header, fields, strict=True))))
     except csv.Error as e:
+        if fmt == "tsv":  # not quoted: only a field over csv's size limit fails
+            raise TaskDataError(f"{path}:{reader.line_num}: a field of more than "
+                                f"{csv.field_size_limit():,} characters, not a sentence or "
+                                "passage: remove or split that line") from None
         raise TaskDataError(f"{path}:{reader.line_num}: {e}; fix the quoting on that line (a "
-                            "CSV field with commas or quotes is quoted, quotes doubled)") from None
+                            "CSV field with commas or quotes is quoted, quotes doubled; an "
+                            "unclosed quote runs on to the end of the file)") from None
     return header or [], rows
 
 

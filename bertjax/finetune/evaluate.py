@@ -53,6 +53,7 @@ def make_evaluator(setup: TaskSetup, task: str, every: int, batch_size: int) -> 
         outputs = predict_batched(predict, state.params, setup.eval, batch_size, setup.buckets,
                                   setup.token_outputs)
         predictions, extra = setup.decode(outputs)
+        files = extra.pop("files", {})  # the task's official output files (finetune/official.py)
         if task == "qa":
             golds = dict(zip(setup.ids, setup.golds, strict=True))
             scores = metrics.compute(task, golds, dict(zip(setup.ids, predictions, strict=True)))
@@ -62,6 +63,6 @@ def make_evaluator(setup: TaskSetup, task: str, every: int, batch_size: int) -> 
                 for i, p, g in zip(setup.ids, predictions, setup.golds, strict=True)]
         if setup.report is not None:
             extra = {**extra, **setup.report(jax.device_get(state.params))}
-        return EvalResult({k: float(v) for k, v in scores.items()}, rows, extra)
+        return EvalResult({k: float(v) for k, v in scores.items()}, rows, extra, files)
 
     return Evaluator(evaluate, metrics.main_metric(task), every)

@@ -16,10 +16,8 @@ recipe: lr 6.25e-5, batch 32, 3 epochs, warmup over 0.2% of training then linear
 """
 
 import dataclasses
-import json
 import math
 import os
-import pathlib
 from typing import Any
 
 import flax.linen as nn
@@ -28,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bertjax import files
 from bertjax.data.arrays import ArraySource
 from bertjax.finetune.gpt_inputs import SpecialTokens, check_kind
 from bertjax.layers.dropout import Dropout
@@ -37,6 +36,7 @@ from bertjax.objectives.objective import Objective, init_from_batch
 from bertjax.training import loop
 from bertjax.training.experiment import Experiment
 from bertjax.training.mesh import make_mesh
+from bertjax.training.metrics import METRICS, read_metrics
 from bertjax.training.optim import make_optimizer
 
 Array = jax.Array
@@ -202,8 +202,7 @@ def finetune(config: GptConfig, pretrained: Any | None, train: dict[str, np.ndar
 
     result = loop.run(exp, workdir, make_mesh() if mesh is None else mesh, show_progress,
                       with_pretrained if pretrained is not None else None)
-    lines = (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()
-    return jax.device_get(result.state.params), [json.loads(line) for line in lines]
+    return jax.device_get(result.state.params), read_metrics(files.as_path(workdir) / METRICS)
 
 
 def predict(config: GptConfig, params: Any, data: dict[str, np.ndarray], ft: FinetuneConfig,

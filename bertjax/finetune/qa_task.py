@@ -4,13 +4,15 @@ Training windows carry the answer's start and end tokens ([CLS] when a window do
 it, or the question has none); evaluation decodes each question from all its windows
 (finetune/qa.py) and, for SQuAD 2.0, predicts no answer when the null score beats the best
 span by more than a threshold chosen on the dev set to maximise F1 (BERT paper, section 4.3).
+The best evaluation's answers are also written for the official evaluation scripts
+(predictions.json, and null_odds.json for 2.0: finetune/official.py).
 """
 
 from typing import Any
 
 import numpy as np
 
-from bertjax.finetune import qa
+from bertjax.finetune import official, qa
 from bertjax.finetune.bert import BertHead, bert_finetuning, with_pretrained_encoder
 from bertjax.finetune.pretrained import Pretrained
 from bertjax.finetune.recipe import Recipe
@@ -38,12 +40,13 @@ def bert_qa_setup(recipe: Recipe, model: Pretrained, config: Any, train: list, d
         best = qa.best_answers(logits_NxLx2[..., 0], logits_NxLx2[..., 1], windows,
                                recipe.max_answer_length)
         if not with_null:
-            return [best[i].text for i in ids], {}
-        spans = {i: best[i].text for i in ids}
-        threshold, _, _ = best_null_threshold(qa.null_score_diffs(best), spans,
-                                              dict(zip(ids, golds, strict=True)))
+            texts = [best[i].text for i in ids]
+            return texts, {"files": official.squad_files(dict(zip(ids, texts, strict=True)))}
+        spans, null_odds = {i: best[i].text for i in ids}, qa.null_score_diffs(best)
+        threshold, _, _ = best_null_threshold(null_odds, spans, dict(zip(ids, golds, strict=True)))
         chosen = qa.predictions_with_threshold(best, threshold)
-        return [chosen[i] for i in ids], {"null_threshold": float(threshold)}
+        files = official.squad_files({i: chosen[i] for i in ids}, {i: null_odds[i] for i in ids})
+        return [chosen[i] for i in ids], {"null_threshold": float(threshold), "files": files}
 
     return TaskSetup(bert_finetuning(config, "span"), train_arrays, dev_arrays, predict, decode,
                      golds, ids, lambda p: with_pretrained_encoder(p, model.params))

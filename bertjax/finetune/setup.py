@@ -43,6 +43,8 @@ class TaskSetup:
     metric_options: dict = dataclasses.field(default_factory=dict)
     buckets: LengthBuckets | None = None  # batches cut to length buckets (BERT fine-tuning)
     token_outputs: bool = False  # predictions have a token axis (axis 1) to pad back
+    labels: list[str] | None = None  # class or tag names, in the order of the head's outputs
+    encode_inputs: Callable[[list], Arrays] | None = None  # examples -> model inputs (--predict)
 
     def source(self, seed: int) -> ArraySource:
         """The training examples as the loop's data source."""
@@ -83,6 +85,7 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
         from bertjax.finetune.qa_task import bert_qa_setup  # SQuAD windows and span decoding
 
         return bert_qa_setup(recipe, model, config, train, dev)
+    labels, encode_inputs = None, None
     if task == "tagging":
         tags = label_index([t for ex in train for t in ex.tags], [t for ex in dev for t in ex.tags],
                            eval_spec)
@@ -91,7 +94,7 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
         train_arrays, _ = bert_inputs.encode_tagged(vocab, [ex.tokens for ex in train],
                                                     train_tags, L)
         dev_arrays, firsts = bert_inputs.encode_tagged(vocab, [ex.tokens for ex in dev], None, L)
-        kind, num_labels, golds = "tag", len(tags), [list(ex.tags) for ex in dev]
+        kind, num_labels, golds, labels = "tag", len(tags), [list(ex.tags) for ex in dev], tags
 
         def decode(logits: np.ndarray) -> tuple[list, dict]:
             best = logits.argmax(-1)
@@ -105,8 +108,9 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
         kind, num_labels, golds = "choice", 1, [ex.label for ex in dev]
         decode = lambda logits: (logits.argmax(-1).tolist(), {})  # noqa: E731
     else:
-        train_arrays = bert_inputs.encode_texts(vocab, [ex.texts for ex in train], L)
-        dev_arrays = bert_inputs.encode_texts(vocab, [ex.texts for ex in dev], L)
+        encode_inputs = lambda exs: bert_inputs.encode_texts(  # noqa: E731
+            vocab, [ex.texts for ex in exs], L)
+        train_arrays, dev_arrays = encode_inputs(train), encode_inputs(dev)
         if task == "regression":
             train_arrays["label"] = np.array([ex.label for ex in train], np.float32)
             kind, num_labels, golds = "regress", 1, [float(ex.label) for ex in dev]
@@ -114,7 +118,8 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
         else:
             names = label_index([ex.label for ex in train], [ex.label for ex in dev], eval_spec)
             train_arrays["label"] = np.array([names.index(ex.label) for ex in train], np.int32)
-            kind, num_labels, golds = "classify", len(names), [ex.label for ex in dev]
+            kind, num_labels, labels = "classify", len(names), names
+            golds = [ex.label for ex in dev]
             decode = lambda out: ([names[i] for i in out.argmax(-1)], {})  # noqa: E731
     bilstm = recipe.lstm_size if recipe.bilstm else 0
     objective = bert_finetuning(config, kind, num_labels, _choices(dev_arrays), bilstm)
@@ -130,7 +135,8 @@ def _bert(recipe: Recipe, model: Pretrained, train: list, dev: list, eval_spec: 
                if recipe.length_buckets > 1 else None)
     return TaskSetup(objective, train_arrays, dev_arrays, predict, decode, golds,
                      [ex.id for ex in dev], lambda p: with_pretrained_encoder(p, model.params),
-                     buckets=buckets, token_outputs=task == "tagging")
+                     buckets=buckets, token_outputs=task == "tagging", labels=labels,
+                     encode_inputs=encode_inputs)
 
 
 def _choices(arrays: Arrays) -> int:

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bertjax import files
 from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
 from bertjax.data.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
 from bertjax.models import elmo
@@ -83,8 +84,9 @@ class ElmoEmbedder:
     @classmethod
     def from_workdir(cls, path: str | pathlib.Path, vocab: str | None = None,
                      **options: Any) -> ElmoEmbedder:
-        """From a bertjax-train ELMo workdir (newest checkpoint) or one checkpoint step dir."""
-        path = pathlib.Path(path)
+        """From a bertjax-train ELMo workdir (newest checkpoint) or one checkpoint step dir,
+        local or on gs://."""
+        path = files.as_path(path)
         if not path.exists():
             raise EmbedError(f"checkpoint {path} does not exist: pass --checkpoint=WORKDIR of an "
                              "ELMo bertjax-train run")

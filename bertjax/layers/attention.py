@@ -1,24 +1,36 @@
 """Multi-head dot-product attention with logical partitioning (bidirectional or causal).
 
+Masks are symbolic (`AttentionMask`: key padding and a causal flag), so each implementation
+takes them in its own form: the XLA path builds a boolean [B, 1, Q, T] array, a fused kernel
+takes the padding as sequence lengths and causality as a flag. Implementations
+(`TransformerConfig.attention_impl`):
+
+* "xla": einsums with the [B, H, Q, T] probabilities materialised; exact, the only one that
+  drops out attention probabilities, and the CPU default.
+* "dot_product": `jax.nn.dot_product_attention`; cuDNN's fused (flash) kernel on NVIDIA GPUs
+  for bfloat16/float16 compute, XLA's composition elsewhere. No attention dropout.
+* "splash": Pallas splash attention on TPU v4 and later (layers/splash.py), heads sharded
+  over the mesh's model axis. No attention dropout.
+* "auto": "dot_product" on GPUs wherever no attention dropout applies (attention_dropout_rate
+  0, or a deterministic pass: evaluation, inference), "xla" otherwise and on CPU and TPU.
+
 With `decode=True` the module keeps a key/value cache in the "cache" collection for
 autoregressive decoding: the first (initialising) call sizes the cache from its input
 [B, T]; later calls write their L new keys/values at the cache index and attend causally over
-the T cached positions, also under the caller's [B, 1, 1, T] key mask (padding). Parameters
-and the default (decode=False) path are unchanged, so BERT's numerics are too.
+the T cached positions, also under the caller's key padding. Decoding attends with the XLA
+path under every implementation: one query against the cache is a matrix-vector product that
+a fused kernel does not speed up.
 
 `num_queries=n` computes the outputs of the first n positions only (their queries over all
 keys): what a last layer needs when the model reads only [CLS].
 
-Each call sows its attention probabilities [B, H, L, T] as "intermediates/attention_weights"
-when the caller asks for them (`apply(..., mutable=["intermediates"])`); otherwise nothing is
-stored and outputs and parameters are the same (training and analysis path only).
+Each call sows its attention probabilities [B, H, Q, T] as "intermediates/attention_weights"
+when the caller asks for them (`apply(..., mutable=["intermediates"])`), computing them with
+the XLA path whatever the implementation; otherwise nothing is stored.
 
-The decode path is laid out for XLA CPU, where one step reads every weight once: the cache
-is [B*H, T, D], so both attention products are batched over its leading axis and read the
-cache in place (a [B, T, H, D] cache was transposed, i.e. copied, twice per layer and step),
-and the projections are plain [B*L, E] x [E, H*D] / [B*L, H*D] x [H*D, E]
-matrix products over the stored kernels (the (H, D, E) einsum copied the output kernel into
-another layout at every step).
+The decode path keeps its cache as [B*H, T, D], so both attention products are batched over
+its leading axis and read the cache in place, and its projections are plain [B*L, E] x
+[E, H*D] / [B*L, H*D] x [H*D, E] matrix products over the stored kernels.
 """
 
 from typing import Any
@@ -28,18 +40,45 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.layers.dropout import Dropout
+from bertjax.layers.masks import AttentionMask, causal_mask, padding_mask
+from bertjax.layers.splash import splash_attention
 
 Array = jax.Array
+__all__ = ["AttentionMask", "MultiHeadAttention", "causal_mask", "padding_mask"]
+
+ATTENTION_IMPLS = ("auto", "xla", "dot_product", "splash")
+FUSED_IMPLS = ("dot_product", "splash")
 
 
-def padding_mask(input_mask_BxL: Array) -> Array:
-    """[B, L] 1/0 token mask -> [B, 1, 1, L] boolean mask over keys."""
-    return input_mask_BxL[:, None, None, :].astype(bool)
+def resolve_impl(impl: str, dropout_rate: float, deterministic: bool) -> str:
+    """The implementation a call uses: "auto" picks "dot_product" on GPUs when no attention
+    dropout applies, "xla" otherwise."""
+    if impl != "auto":
+        return impl
+    no_dropout = deterministic or dropout_rate == 0.0
+    return "dot_product" if no_dropout and jax.default_backend() == "gpu" else "xla"
 
 
-def causal_mask(length: int) -> Array:
-    """[1, 1, L, L] boolean lower-triangular mask: query t sees keys <= t."""
-    return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+def fused_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
+                    mask: AttentionMask | None) -> Array:
+    """softmax(q k^T / sqrt(D)) v through `jax.nn.dot_product_attention`: [B, Q, H, D].
+
+    cuDNN's fused kernel on GPUs for half-precision compute and head sizes it supports (a
+    multiple of 8, at most 128), XLA's implementation otherwise. Right-padded keys go in as
+    lengths; other padding as a boolean mask (XLA's implementation)."""
+    Q, T, D = q_BxQxHxD.shape[1], k_BxTxHxD.shape[1], q_BxQxHxD.shape[-1]
+    half = q_BxQxHxD.dtype in (jnp.bfloat16, jnp.float16)
+    cudnn = jax.default_backend() == "gpu" and half and D % 8 == 0 and D <= 128
+    mask = AttentionMask() if mask is None else mask
+    padded = mask.key_mask is not None
+    if (padded and not mask.real_tokens_first) or (mask.causal and Q != T):
+        return jax.nn.dot_product_attention(q_BxQxHxD, k_BxTxHxD, v_BxTxHxD,
+                                            mask=mask.dense(Q, T), implementation="xla")
+    return jax.nn.dot_product_attention(
+        q_BxQxHxD, k_BxTxHxD, v_BxTxHxD, is_causal=mask.causal,
+        key_value_seq_lengths=mask.key_lengths() if padded else None,
+        implementation="cudnn" if cudnn else "xla",
+    )
 
 
 class MultiHeadAttention(nn.Module):
@@ -48,6 +87,7 @@ class MultiHeadAttention(nn.Module):
     num_heads: int
     head_dim: int
     dropout_rate: float = 0.0
+    implementation: str = "xla"  # one of ATTENTION_IMPLS
     kernel_init_std: float = 0.02
     out_init_std: float = 0.02
     dtype: Any = jnp.float32
@@ -79,7 +119,7 @@ class MultiHeadAttention(nn.Module):
         index.value = index.value + L
         return cached_k.value, cached_v.value, mask
 
-    def _decode(self, x_BxLxE: Array, mask: Array | None, deterministic: bool,
+    def _decode(self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool,
                 kernels: dict[str, tuple[Array, Array]]) -> Array:
         """Attention of the L new positions over the cache: [B, L, E] -> [B, L, H*D].
 
@@ -97,7 +137,9 @@ class MultiHeadAttention(nn.Module):
             return y_BLxHD.reshape(B, L, H, D).transpose(0, 2, 1, 3).reshape(B * H, L, D)
 
         q_NxLxD = project("query") / jnp.sqrt(D).astype(self.dtype)
-        k_NxTxD, v_NxTxD, mask = self._cached(project("key"), project("value"), mask)
+        padding = None if mask is None or mask.key_mask is None else padding_mask(
+            mask.key_mask)
+        k_NxTxD, v_NxTxD, mask = self._cached(project("key"), project("value"), padding)
         T = k_NxTxD.shape[1]
         logits_NxLxT = jnp.einsum("nld,ntd->nlt", q_NxLxD, k_NxTxD)
         logits_BxHxLxT = logits_NxLxT.astype(jnp.float32).reshape(B, H, L, T)  # float32 softmax
@@ -109,8 +151,8 @@ class MultiHeadAttention(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False,
-        num_queries: int | None = None,
+        self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool,
+        decode: bool = False, num_queries: int | None = None,
     ) -> Array:
         E, H, D = x_BxLxE.shape[-1], self.num_heads, self.head_dim
         x_BxLxE = x_BxLxE.astype(self.dtype)
@@ -134,19 +176,33 @@ class MultiHeadAttention(nn.Module):
             return jnp.einsum("ble,ehd->blhd", x_BxLxE, w_ExHxD) + b_HxD
 
         queries_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
-        if num_queries is not None and mask is not None and mask.shape[-2] > 1:
-            mask = mask[..., :num_queries, :]  # a per-query (causal) mask
-        q_BxQxHxD = project("query", queries_BxQxE) / jnp.sqrt(D).astype(self.dtype)
+        q_BxQxHxD = project("query", queries_BxQxE)
         k_BxLxHxD = project("key", x_BxLxE)
         v_BxLxHxD = project("value", x_BxLxE)
+        impl = resolve_impl(self.implementation, self.dropout_rate, deterministic)
+        if impl == "splash" and q_BxQxHxD.shape[1] != k_BxLxHxD.shape[1]:
+            impl = "xla"  # the [CLS]-only layer: one query, below splash's 128-row blocks
+        if impl == "xla" or self.is_mutable_collection("intermediates"):
+            out_BxQxHxD = self._xla(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask, deterministic)
+        elif impl == "splash":
+            out_BxQxHxD = splash_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
+        else:
+            out_BxQxHxD = fused_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
+        return jnp.einsum("blhd,hde->ble", out_BxQxHxD, w_HxDxE) + b_E
+
+    def _xla(self, q_BxQxHxD: Array, k_BxLxHxD: Array, v_BxLxHxD: Array,
+             mask: AttentionMask | None, deterministic: bool) -> Array:
+        """Attention with its probabilities materialised (sown for analysis, dropped out)."""
+        Q, L, D = q_BxQxHxD.shape[1], k_BxLxHxD.shape[1], self.head_dim
+        q_BxQxHxD = q_BxQxHxD / jnp.sqrt(D).astype(self.dtype)
         logits_BxHxQxL = jnp.einsum("bqhd,bkhd->bhqk", q_BxQxHxD, k_BxLxHxD)
         logits_BxHxQxL = logits_BxHxQxL.astype(jnp.float32)  # softmax in float32
-        if mask is not None:
-            logits_BxHxQxL = jnp.where(mask, logits_BxHxQxL, jnp.finfo(jnp.float32).min)
+        dense = None if mask is None else mask.dense(Q, L)
+        if dense is not None:
+            logits_BxHxQxL = jnp.where(dense, logits_BxHxQxL, jnp.finfo(jnp.float32).min)
         probs_BxHxQxL = jax.nn.softmax(logits_BxHxQxL, axis=-1).astype(self.dtype)
         # For analysis (bertjax.analysis.attention): kept only when the caller makes
         # "intermediates" mutable, otherwise a no-op. Before dropout: the model's attention.
         self.sow("intermediates", "attention_weights", probs_BxHxQxL)
         probs_BxHxQxL = Dropout(self.dropout_rate)(probs_BxHxQxL, deterministic=deterministic)
-        out_BxQxHxD = jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxQxL, v_BxLxHxD)
-        return jnp.einsum("blhd,hde->ble", out_BxQxHxD, w_HxDxE) + b_E
+        return jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxQxL, v_BxLxHxD)

@@ -75,4 +75,10 @@ class BertEmbeddings(nn.Module):
 
     def attend(self, h_BxPxE: Array) -> Array:
         """Logits against the token embedding table (the tied output projection)."""
-        return self.word_embeddings.attend(h_BxPxE.astype(self.config.weight_dtype))
+        return attend(self.word_embeddings, h_BxPxE, self.config.compute_dtype)
+
+
+def attend(table: nn.Embed, h_BxLxE: Array, dtype: Any) -> Array:
+    """[B, L, V] logits of h against an embedding table, the product in the compute dtype
+    (bfloat16 logits feed a float32 loss, as in mixed-precision training generally)."""
+    return h_BxLxE.astype(dtype) @ table.embedding.astype(dtype).T

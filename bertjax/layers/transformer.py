@@ -8,7 +8,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.layers.attention import MultiHeadAttention
+from bertjax.layers.attention import (
+    ATTENTION_IMPLS,
+    FUSED_IMPLS,
+    AttentionMask,
+    MultiHeadAttention,
+)
 from bertjax.layers.dropout import Dropout
 
 Array = jax.Array
@@ -48,8 +53,11 @@ class TransformerConfig:
     # the FLOPs of one layer only, so bertjax-compile reports are made unrolled. Parameters
     # are stacked on a leading "layers" axis, so Hugging Face import/export needs it off.
     scan_layers: bool = False
-    dtype: str = "float32"  # compute dtype; "bfloat16" on TPU
+    dtype: str = "float32"  # compute dtype; "bfloat16" on TPU and GPU
     param_dtype: str = "float32"
+    # "auto" (XLA on CPU and TPU; cuDNN's fused kernel on GPU wherever no attention dropout
+    # applies), "xla" or "dot_product": see layers/attention.py.
+    attention_impl: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("dtype", "param_dtype"):  # jnp.bfloat16 and "bfloat16" alike: the name
@@ -57,6 +65,15 @@ class TransformerConfig:
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}: set activation to one "
                              f"of {', '.join(ACTIVATIONS)}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(f"unknown attention_impl {self.attention_impl!r}: set "
+                             f"attention_impl to one of {', '.join(ATTENTION_IMPLS)}")
+        if self.attention_impl in FUSED_IMPLS and self.attention_dropout_rate > 0:
+            raise ValueError(
+                f"attention_impl={self.attention_impl!r} runs a fused kernel that does not drop "
+                f"out attention probabilities, but attention_dropout_rate="
+                f"{self.attention_dropout_rate}: set attention_dropout_rate=0 or "
+                "attention_impl='xla'")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
                              f"{self.num_heads}: change one of them")
@@ -147,7 +164,7 @@ class TransformerBlock(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False,
+        self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool, decode: bool = False,
         num_queries: int | None = None,
     ) -> Array:
         cfg = self.config
@@ -155,6 +172,7 @@ class TransformerBlock(nn.Module):
             num_heads=cfg.num_heads,
             head_dim=cfg.head_dim,
             dropout_rate=cfg.attention_dropout_rate,
+            implementation=cfg.attention_impl,
             kernel_init_std=cfg.initializer_range,
             out_init_std=cfg.residual_init_std,
             dtype=cfg.compute_dtype,
@@ -197,7 +215,7 @@ class TransformerStack(nn.Module):
 
     @nn.compact
     def __call__(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool = False,
+        self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool, decode: bool = False,
         last_queries: int | None = None,
     ) -> tuple[Array, list[Array]]:
         cfg = self.config
@@ -218,7 +236,7 @@ class TransformerStack(nn.Module):
         return x_BxLxE, hidden_states
 
     def _scanned(
-        self, x_BxLxE: Array, mask: Array | None, deterministic: bool, decode: bool
+        self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool, decode: bool
     ) -> tuple[Array, list[Array]]:
         """The blocks as one `nn.scan`: parameters (and caches) stacked on a "layers" axis."""
         cfg = self.config
@@ -249,7 +267,7 @@ class _ScanBlock(nn.Module):
     decode: bool = False
 
     @nn.compact
-    def __call__(self, x_BxLxE: Array, mask: Array | None) -> tuple[Array, Array]:
+    def __call__(self, x_BxLxE: Array, mask: AttentionMask | None) -> tuple[Array, Array]:
         block = TransformerBlock(self.config, name="block")
         y_BxLxE = block(x_BxLxE, mask, self.deterministic, self.decode)
         return y_BxLxE, y_BxLxE

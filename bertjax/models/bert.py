@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.layers.attention import causal_mask, padding_mask
+from bertjax.layers.attention import AttentionMask
 from bertjax.layers.embeddings import BertEmbeddings
 from bertjax.layers.transformer import ACTIVATIONS, TransformerConfig, TransformerStack, layer_norm
 from bertjax.models.sizes import FamilyConfig
@@ -99,6 +99,8 @@ class BertModel(nn.Module):
     reads the last real token (the only one that has seen the whole input), not [CLS].
     `summary_only=True` (heads that read only the pooled output) has the last layer compute
     [CLS] alone; the sequence output is then [B, 1, E]. A causal model ignores it.
+    `input_mask` is each row's real tokens followed by padding, as every bertjax pipeline
+    writes it: fused attention takes the padding as row lengths.
     """
 
     config: BertConfig
@@ -133,9 +135,7 @@ class BertModel(nn.Module):
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
         x_BxLxE = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        mask = padding_mask(input_mask)
-        if self.config.causal:
-            mask = mask & causal_mask(L)
+        mask = AttentionMask(input_mask, causal=self.config.causal, real_tokens_first=True)
         last_queries = 1 if summary_only and not self.config.causal else None
         seq_BxLxE, hidden_states = self.encoder(x_BxLxE, mask, deterministic,
                                                 last_queries=last_queries)

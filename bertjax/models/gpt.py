@@ -17,9 +17,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.layers.attention import causal_mask, padding_mask
+from bertjax.layers.attention import AttentionMask
 from bertjax.layers.dropout import Dropout
-from bertjax.layers.embeddings import embed
+from bertjax.layers.embeddings import attend, embed
 from bertjax.layers.transformer import TransformerConfig, TransformerStack
 from bertjax.models.sizes import TRANSFORMER_FIELDS, FamilyConfig
 
@@ -136,15 +136,13 @@ class GptLM(nn.Module):
         x_BxLxE = self.token_embeddings(input_ids_BxL) + self.position_embeddings(position_ids_BxL)
         x_BxLxE = x_BxLxE.astype(self.config.transformer.compute_dtype)
         x_BxLxE = self.dropout(x_BxLxE, deterministic=deterministic)
-        if decode:  # the attention layers add the causal part from their cache index
-            mask_Bx1xLxT = padding_mask(mask_BxT)
-        else:
-            mask_Bx1xLxT = causal_mask(L) & padding_mask(mask_BxT)
-        return self.transformer(x_BxLxE, mask_Bx1xLxT, deterministic, decode)
+        # Decoding adds the causal part from the cache index (layers/attention.py).
+        mask = AttentionMask(None if input_mask is None else mask_BxT, causal=not decode)
+        return self.transformer(x_BxLxE, mask, deterministic, decode)
 
     def logits(self, h_BxLxE: Array) -> Array:
         """Projection onto the vocabulary with the token embedding table (tied)."""
-        return self.token_embeddings.attend(h_BxLxE.astype(self.config.transformer.weight_dtype))
+        return attend(self.token_embeddings, h_BxLxE, self.config.transformer.compute_dtype)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Array:
         """Next-token logits [B, L, V]; the arguments are `hidden`'s."""

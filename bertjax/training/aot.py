@@ -55,12 +55,18 @@ class Accelerator:
     hbm_bytes: int
 
 
-# Cloud TPU system architecture (cloud.google.com/tpu/docs/v3): a v3 chip has 123 TFLOP/s of
-# bf16 compute and 32 GiB of HBM at 900 GB/s, split over its two TensorCores, and JAX sees each
-# TensorCore as one device. Keyed by `device.device_kind`.
+# Cloud TPU system architecture (cloud.google.com/tpu/docs/v3, v4, v5e): a v3 chip has 123
+# TFLOP/s of bf16 compute and 32 GiB of HBM at 900 GB/s, split over its two TensorCores, and JAX
+# sees each TensorCore as one device. A v4 chip (275 TFLOP/s, 32 GiB at 1,200 GB/s) is one
+# device (its two TensorCores run as one megacore); so is a v5e chip (197 TFLOP/s, 16 GiB at
+# 819 GB/s). Keyed by `device.device_kind`.
 ACCELERATORS: dict[str, Accelerator] = {
     "TPU v3": Accelerator(
         "TPU v3", peak_flops=123e12 / 2, hbm_bandwidth=900e9 / 2, hbm_bytes=16 * GiB
+    ),
+    "TPU v4": Accelerator("TPU v4", peak_flops=275e12, hbm_bandwidth=1200e9, hbm_bytes=32 * GiB),
+    "TPU v5 lite": Accelerator(
+        "TPU v5e", peak_flops=197e12, hbm_bandwidth=819e9, hbm_bytes=16 * GiB
     ),
 }
 
@@ -247,7 +253,9 @@ def compile_and_measure(lowered: jax.stages.Lowered, accel: Accelerator) -> dict
         bytes_accessed=traffic,
         compute_seconds=flops / accel.peak_flops,
         memory_seconds=traffic / accel.hbm_bandwidth,
-        xla_seconds=cost.get("optimal_seconds"),
+        # The compiler's own estimate; it reports a negative time where it has no model of the
+        # chip (seen for TPU v5e), which is no estimate at all.
+        xla_seconds=cost["optimal_seconds"] if cost.get("optimal_seconds", -1) > 0 else None,
         compile_seconds=time.perf_counter() - start,
     )
 

@@ -13,7 +13,6 @@ import errno
 import logging
 import os
 import pathlib
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,6 +21,7 @@ import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from bertjax.files import Path, absolute, as_path, is_remote
 from bertjax.training import workdir as workdir_lib
 
 ITEMS = ("state", "data")
@@ -98,7 +98,7 @@ class Checkpointer:
 
     def __init__(self, workdir: str | os.PathLike, keep: int = 3, async_save: bool = True,
                  create: bool = True):
-        self.directory = pathlib.Path(workdir).absolute() / "checkpoints"
+        self.directory = absolute(workdir) / "checkpoints"  # local or gs:// (files.py)
         self.options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save
         )
@@ -129,7 +129,7 @@ class Checkpointer:
                     or any(sign in str(err) for sign in _FULL)):
                 raise
             for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
-                shutil.rmtree(partial, ignore_errors=True)
+                partial.rmtree(missing_ok=True)
             latest = self.manager.latest_step()
             kept = (f"checkpoint {latest} is intact and rerunning resumes from it"
                     if latest is not None else "no checkpoint was written")
@@ -140,8 +140,8 @@ class Checkpointer:
 
     def _checkpoint_bytes(self, state: Any) -> int:
         latest = self.manager.latest_step()
-        if latest is not None:
-            files = (self.directory / str(latest)).rglob("*")
+        if latest is not None and not is_remote(self.directory):
+            files = pathlib.Path(self.directory / str(latest)).rglob("*")
             return sum(f.stat().st_size for f in files if f.is_file())
         return sum(x.nbytes for x in jax.tree.leaves(state)) if state is not None else 0
 
@@ -235,9 +235,9 @@ def abstract_like(tree: Any, shardings: Any) -> Any:
     )
 
 
-def resolve(path: str | os.PathLike) -> tuple[pathlib.Path, int | None]:
+def resolve(path: str | os.PathLike) -> tuple[Path, int | None]:
     """(workdir, step or None for the newest) of WORKDIR, WORKDIR/checkpoints or .../STEP."""
-    path = pathlib.Path(path)
+    path = as_path(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such workdir or checkpoint: pass the --workdir of a "
                               "bertjax run, or one of its checkpoints/STEP directories")
@@ -249,7 +249,7 @@ def resolve(path: str | os.PathLike) -> tuple[pathlib.Path, int | None]:
 
 
 def restore_params(path: str | os.PathLike, abstract_params: Any
-                   ) -> tuple[Any, pathlib.Path, int]:
+                   ) -> tuple[Any, Path, int]:
     """(params, workdir, step) of the newest readable (or the named) checkpoint under `path`.
 
     `abstract_params` gives the parameter tree to read and where to place it (its shardings);
@@ -276,7 +276,7 @@ def restore_params(path: str | os.PathLike, abstract_params: Any
 class TrainedModel:
     """A trained model read back for use: where from, its record and config, its params."""
 
-    workdir: pathlib.Path
+    workdir: Path
     step: int
     record: dict[str, Any]
     config: Any
@@ -299,3 +299,58 @@ def load_trained(path: str | os.PathLike, family: str, tool: str,
                           abstract_params(config))
     params, workdir, step = restore_params(path, shapes)
     return TrainedModel(workdir, step, record, config, params)
+
+
+# ----------------------------------------------------------------------------- saved as it is
+
+BEST_PARAMS = ("best", "params")  # where a run with evaluation keeps its best parameters
+
+
+def saved_shapes(item: pathlib.Path, key: str | None = None) -> Any:
+    """The tree an orbax pytree item holds (or its subtree `key`), as ShapeDtypeStructs on
+    this host's first device, read from its metadata: what to restore it into without
+    building the model."""
+    try:
+        saved = ocp.PyTreeCheckpointHandler().metadata(item)
+    except Exception as err:  # noqa: BLE001 - any failure to read it means unreadable
+        raise CheckpointError(f"{item} cannot be read ({_first_line(err)}): pass another "
+                              "checkpoint of the run") from err
+    tree = getattr(saved, "tree", saved)
+    if key is not None:
+        if not isinstance(tree, dict) or key not in tree:
+            raise CheckpointError(f"{item} holds no {key}: it was not written by bertjax")
+        tree = tree[key]
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+                        tree, is_leaf=lambda x: hasattr(x, "shape"))
+
+
+def restore_saved_params(path: str | os.PathLike, best: bool = True
+                         ) -> tuple[Any, pathlib.Path, str]:
+    """(params on one device, workdir, which) of a run as it saved them: with `best`, the best
+    evaluation's parameters (WORKDIR/best/params) when the run kept one and `path` names no
+    step; else the newest (or the named) checkpoint's. The tree comes from the checkpoint's
+    own metadata, so no model is built; `which` says what was read ("best", "step N")."""
+    workdir, step = resolve(path)
+    best_item = workdir.absolute().joinpath(*BEST_PARAMS)
+    if best and step is None and best_item.is_dir():
+        with ocp.StandardCheckpointer() as checkpointer:
+            try:
+                params = checkpointer.restore(best_item, saved_shapes(best_item))
+            except Exception as err:  # noqa: BLE001 - any failure to read it
+                raise CheckpointError(f"{best_item} cannot be read ({_first_line(err)}): pass "
+                                      f"one of {workdir}/checkpoints/STEP") from err
+        return params, workdir, "best"
+    directory = workdir.absolute() / "checkpoints"
+    steps = sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit() and
+                   (p / "state").is_dir()) if directory.is_dir() else []
+    if not steps:
+        raise CheckpointError(f"{workdir} holds no checkpoint: train for at least "
+                              "train.checkpoint_every steps, or to the end, first")
+    chosen = steps[-1] if step is None else step
+    if chosen not in steps:
+        raise CheckpointError(f"{directory}/{chosen} is not a checkpoint: pass one of "
+                              f"{', '.join(map(str, steps))}")
+    abstract = saved_shapes(directory / str(chosen) / "state", "params")
+    params, workdir, chosen = restore_params(directory / str(chosen), abstract)
+    return params, workdir, f"step {chosen}"

@@ -8,6 +8,8 @@ metric first, higher is better) and one prediction row per dev example. `BestKee
     WORKDIR/predictions.jsonl   the best checkpoint's predictions, one {"id", "prediction",
                                 "gold"} line per dev example
     WORKDIR/best/               the best checkpoint's parameters (orbax)
+    WORKDIR/NAME                any further files of the best evaluation (EvalResult.files,
+                                e.g. SQuAD's predictions.json for the official scripts)
 
 all written atomically, so an interrupted run leaves the previous best intact; a resumed run
 reads eval_results.json back and keeps improving on the same best.
@@ -16,15 +18,13 @@ reads eval_results.json back and keeps improving on the same best.
 import dataclasses
 import json
 import os
-import pathlib
-import shutil
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
 
-from bertjax.files import atomic_file, write_text
+from bertjax.files import absolute, as_path, atomic_file, write_text
 
 RESULTS, PREDICTIONS, BEST = "eval_results.json", "predictions.jsonl", "best"
 
@@ -44,11 +44,13 @@ def jit_inference(fn: Callable[..., Any]) -> Any:
 
 @dataclasses.dataclass
 class EvalResult:
-    """Dev metrics (main one first), prediction rows, and extras for eval_results.json."""
+    """Dev metrics (main one first), prediction rows, extras for eval_results.json, and files
+    (name: text) written into the workdir beside predictions.jsonl when this is the best."""
 
     metrics: dict[str, float]
     predictions: list[dict[str, Any]]
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -63,8 +65,8 @@ class Evaluator:
 class BestKeeper:
     """Tracks the best evaluation of a run in its workdir (process 0 writes)."""
 
-    def __init__(self, workdir: str | pathlib.Path, main_metric: str):
-        self.workdir, self.main_metric = pathlib.Path(workdir), main_metric
+    def __init__(self, workdir: str | os.PathLike, main_metric: str):
+        self.workdir, self.main_metric = as_path(workdir), main_metric
         path = self.workdir / RESULTS
         self.results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
@@ -84,6 +86,8 @@ class BestKeeper:
             with atomic_file(self.workdir / PREDICTIONS) as f:
                 f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in
                              result.predictions)
+            for name, text in result.files.items():
+                write_text(self.workdir / name, text)
             self.results["best"] = {"step": step, **result.metrics}
         self.results.update(result.extra, step=step, final=dict(result.metrics))
         write_text(self.workdir / RESULTS, json.dumps(self.results, indent=2) + "\n")
@@ -91,7 +95,7 @@ class BestKeeper:
 
     def _save_params(self, params: Any) -> None:
         """Write the new best beside the old one, then swap: never a moment without a best."""
-        best, new, old = (self.workdir.absolute() / BEST / name for name in
+        best, new, old = (absolute(self.workdir) / BEST / name for name in
                           ("params", "params.new", "params.old"))
         with ocp.StandardCheckpointer() as checkpointer:
             checkpointer.save(new, params, force=True)
@@ -100,4 +104,4 @@ class BestKeeper:
         if best.exists():
             best.rename(old)
         new.rename(best)
-        shutil.rmtree(old, ignore_errors=True)
+        old.rmtree(missing_ok=True)

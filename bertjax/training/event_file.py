@@ -10,10 +10,11 @@ bytes per logged step), so the table-driven CRC costs nothing measurable.
 
 import itertools
 import os
-import pathlib
 import socket
 import struct
 import time
+
+from bertjax.files import AppendFile, as_path
 
 _FILE_NUMBERS = itertools.count()
 _SESSION_START = 1  # SessionLog.SessionStatus.START
@@ -95,13 +96,13 @@ class EventFile:
     which TensorBoard discards the earlier files' events from that step on (a resumed run).
     """
 
-    def __init__(self, logdir: str | pathlib.Path, purge_step: int | None = None):
-        logdir = pathlib.Path(logdir)
+    def __init__(self, logdir: str | os.PathLike, purge_step: int | None = None):
+        logdir = as_path(logdir)
         logdir.mkdir(parents=True, exist_ok=True)
         name = (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}"
                 f".{os.getpid()}.{next(_FILE_NUMBERS):04d}")
         self.path = logdir / name
-        self.records = open(self.path, "ab")  # noqa: SIM115  (closed by close())
+        self.records = AppendFile(self.path)  # local or object storage (files.AppendFile)
         self._write(encode_event(time.time(), file_version="brain.Event:2"))
         if purge_step is not None:
             self._write(encode_event(time.time(), step=purge_step, session_start=True))
@@ -112,8 +113,9 @@ class EventFile:
     def add_scalars(self, step: int, scalars: dict[str, float]) -> None:
         self._write(encode_event(time.time(), step=step, scalars=scalars))
 
-    def flush(self) -> None:
-        self.records.flush()
+    def flush(self, force: bool = False) -> None:
+        """Flush to disk (object storage: see files.AppendFile; `force` uploads now)."""
+        self.records.flush(force)
 
     def close(self) -> None:
         self.records.close()

@@ -11,7 +11,7 @@ checkpoint, and part of the very step `bertjax-compile` lowers.
 """
 
 import dataclasses
-import pathlib
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -23,15 +23,17 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from bertjax.files import Path, as_path
 from bertjax.layers.partitioning import DEFAULT_RULES
 from bertjax.objectives.objective import Objective
+from bertjax.training import lease as lease_lib
 from bertjax.training import mesh as mesh_lib
+from bertjax.training import preemption
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import Checkpointer, abstract_like
 from bertjax.training.evaluation import BestKeeper, Evaluator
 from bertjax.training.experiment import Experiment
 from bertjax.training.metrics import MetricWriter
-from bertjax.training.preemption import StopSignals
 from bertjax.training.progress import ProgressBar
 from bertjax.training.state import TrainState, create_state
 from bertjax.training.step import eval_step, train_step
@@ -186,9 +188,16 @@ def _check_features(exp: Experiment, seq_length: int) -> None:
             )
 
 
-def check_run(exp: Experiment, mesh: Mesh, workdir: pathlib.Path) -> None:
+def run_facts(exp: Experiment) -> dict[str, Any]:
+    """What model.json records of the data a run trains on (a resume announces changes)."""
+    corpus = getattr(exp.source, "corpus_name", None)
+    return {"batch_size": exp.batch_size, **({"corpus": corpus} if corpus else {})}
+
+
+def check_run(exp: Experiment, mesh: Mesh, workdir: Path) -> None:
     """Everything that can be refused before the workdir changes, one line each."""
     mesh_lib.check_batch(exp.batch_size, exp.accum_steps, mesh)
+    workdir_lib.check_resume(workdir, run_facts(exp))
     family = workdir_lib.recorded_family(workdir) if workdir.is_dir() else None
     if family not in (None, exp.objective.family):
         raise RunError(f"{workdir} holds a {family.upper()} run, not {exp.objective.family.upper()}"
@@ -209,7 +218,7 @@ def check_run(exp: Experiment, mesh: Mesh, workdir: pathlib.Path) -> None:
 
 def run(
     exp: Experiment,
-    workdir: str | pathlib.Path,
+    workdir: str | os.PathLike,
     mesh: Mesh,
     show_progress: bool = True,
     initial_params: Callable[[Any], Any] | None = None,
@@ -221,8 +230,17 @@ def run(
     a fresh run before its first step (a pretrained encoder for fine-tuning); a resumed run
     takes its own. An `evaluator` runs every `evaluator.every` steps and at the end, and the
     best evaluation's parameters and predictions are kept (see training/evaluation.py).
+    The run holds the workdir's lease (training/lease.py) and watches for stop signals
+    (training/preemption.py); a tool that took both earlier keeps them.
     """
-    workdir = pathlib.Path(workdir)
+    workdir = as_path(workdir)
+    with preemption.watch() as signals, lease_lib.hold(workdir):
+        return _run(exp, workdir, mesh, show_progress, initial_params, evaluator, signals)
+
+
+def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
+         initial_params: Callable[[Any], Any] | None, evaluator: Evaluator | None,
+         signals: preemption.StopSignals) -> RunResult:
     check_run(exp, mesh, workdir)
     local_batch = exp.batch_size // jax.process_count()
     checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints)
@@ -231,28 +249,30 @@ def run(
     state, start_step, summary, stopped = None, 0, {}, None
     position = {"phase": 0, "example_index": 0}
     try:
-        with StopSignals() as signals:
-            guards = _Guards(exp, signals, checkpointer)
-            for phase, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
-                trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size,
-                                        length, exp.seed, exp.accum_steps)
-                if state is None:
-                    state, position = _restore_or_init(trainer, checkpointer, initial_params)
-                    start_step = int(state.step)
-                    writer.resume_from(start_step)
-                    _record(exp, workdir)
-                if int(state.step) >= end_step:
-                    continue
-                if position["phase"] != phase:  # a new phase starts its stream (and carry) anew
-                    position = {"phase": phase, "example_index": 0}
-                    state = trainer.reset_carry(state)
-                batches = exp.source.batches(position["example_index"], length, local_batch)
-                state, position, summary, stopped = _train_phase(
-                    exp, trainer, state, batches, position, end_step, length, checkpointer,
-                    writer, show_progress, evaluation, guards
-                )
-                if stopped:
-                    break
+        guards = _Guards(exp, signals, checkpointer)
+        for phase, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
+            trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size,
+                                    length, exp.seed, exp.accum_steps)
+            signals.check()
+            if state is None:
+                state, position = _restore_or_init(trainer, checkpointer, initial_params)
+                start_step = int(state.step)
+                writer.resume_from(start_step)
+                writer.open()  # before the first step: an unwritable metrics file fails now
+                signals.check()
+                _record(exp, workdir)
+            if int(state.step) >= end_step:
+                continue
+            if position["phase"] != phase:  # a new phase starts its stream (and carry) anew
+                position = {"phase": phase, "example_index": 0}
+                state = trainer.reset_carry(state)
+            batches = exp.source.batches(position["example_index"], length, local_batch)
+            state, position, summary, stopped = _train_phase(
+                exp, trainer, state, batches, position, end_step, length, checkpointer,
+                writer, show_progress, evaluation, guards
+            )
+            if stopped:
+                break
         if state is not None and int(state.step) > start_step and not stopped:
             checkpointer.save(int(state.step), state, position, force=True)
     finally:
@@ -270,7 +290,8 @@ class _Guards:
     or non-finite steps (skipped by the step; too many in a row, or any with
     train.nonfinite = 'stop', fail the run with one line)."""
 
-    def __init__(self, exp: Experiment, signals: StopSignals, checkpointer: Checkpointer):
+    def __init__(self, exp: Experiment, signals: preemption.StopSignals,
+                 checkpointer: Checkpointer):
         self.exp, self.signals, self.checkpointer = exp, signals, checkpointer
         self.pending: list[tuple[int, Any]] = []  # (step, its nonfinite flag, on device)
         self.in_a_row = self.skipped = 0
@@ -311,12 +332,12 @@ def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
     return state, {"phase": 0, "example_index": 0}
 
 
-def _record(exp: Experiment, workdir: pathlib.Path) -> None:
+def _record(exp: Experiment, workdir: Path) -> None:
     """The tokenizer files and model.json, once the run is sure to start (process 0)."""
     tokenizer = exp.source.save(workdir) or {}
     if jax.process_index() == 0:
         workdir_lib.write_record(workdir, exp.objective.family, exp.objective.name,
-                                 exp.objective.config, tokenizer)
+                                 exp.objective.config, tokenizer, run_facts(exp))
 
 
 def _train_phase(
@@ -342,6 +363,8 @@ def _train_phase(
         batch = next(batches)
         tokens += exp.batch_size * _padded_length(exp.source, batch, seq_length)
         state, metrics = trainer.step(state, trainer.device_batch(batch))
+        if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
+            guards.signals.started()
         step, index = step + 1, index + exp.batch_size
         position = {"phase": position["phase"], "example_index": index}
         stopped = guards.stop_reason(step, metrics)
@@ -361,6 +384,7 @@ def _train_phase(
             progress.note(evaluation(step, state))
         if stopped or (step % exp.checkpoint_every == 0 and step < exp.num_steps):
             checkpointer.save(step, state, position, force=bool(stopped))
+            writer.flush()
     progress.close()
     return state, position, scalars, stopped
 
@@ -375,7 +399,7 @@ def _padded_length(source: Any, batch: Batch, seq_length: int) -> int:
 class _Evaluation:
     """An Evaluator bound to a run: evaluates, logs dev metrics, keeps the best."""
 
-    def __init__(self, evaluator: Evaluator, workdir: pathlib.Path, writer: MetricWriter):
+    def __init__(self, evaluator: Evaluator, workdir: Path, writer: MetricWriter):
         self.evaluator, self.writer = evaluator, writer
         self.keeper = BestKeeper(workdir, evaluator.main_metric)
         self.every = evaluator.every

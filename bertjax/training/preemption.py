@@ -5,11 +5,22 @@ The loop asks `should_stop(step)` after every step; on yes it saves a checkpoint
 (the data position included), flushes its metrics and returns, so rerunning the same command
 resumes there. All hosts of a multi-host run agree on the step: a signal seen by any host
 stops every host at the same step, as does orbax's `reached_preemption` (the sync point of
-JAX's preemption service on TPU pods). A second Ctrl-C interrupts at once.
+JAX's preemption service on TPU pods).
+
+The tools watch from their first second (`watch()`, re-entrant: the loop joins the watch the
+tool began). Until training has started (data preparation, restore, the first step's compile)
+there is nothing to save, so a signal raises `Interrupted` at once; the flag also stays set
+and the loop checks it at each stage (`check`), since CPython drops an exception raised while
+a garbage-collection callback runs, where JAX spends some of its time. A second signal ends
+the process at once (exit status 130), whatever it is doing.
 """
 
+import contextlib
+import os
 import signal
+import sys
 import types
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -17,19 +28,41 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_ACTIVE: "StopSignals | None" = None
+
+
+class Interrupted(KeyboardInterrupt):
+    """A stop signal before training started: there is nothing to save."""
 
 
 class StopSignals:
-    """Within `with StopSignals() as stop:`, SIGTERM and SIGINT are noted, not fatal."""
+    """Within `with StopSignals() as stop:`, SIGTERM and SIGINT are noted, not fatal once
+    `started()` (training has begun); before that they raise `Interrupted`."""
 
     def __init__(self) -> None:
         self.received: str | None = None
+        self.training = False
         self._previous: dict[int, Any] = {}
 
     def _note(self, signum: int, frame: types.FrameType | None) -> None:
         del frame
-        self.received = signal.Signals(signum).name
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # a second Ctrl-C interrupts
+        name = signal.Signals(signum).name
+        if self.received is not None:  # a second signal: now
+            print(f"{name} again: exiting now", file=sys.stderr, flush=True)
+            os._exit(130)
+        self.received = name
+        if not self.training:
+            raise Interrupted(name)
+
+    def started(self) -> None:
+        """Training has begun: from now on a signal saves a checkpoint and stops the run."""
+        self.check()
+        self.training = True
+
+    def check(self) -> None:
+        """Raise `Interrupted` if a signal came before training started (and was lost)."""
+        if self.received is not None and not self.training:
+            raise Interrupted(self.received)
 
     def __enter__(self) -> "StopSignals":
         try:
@@ -52,3 +85,18 @@ class StopSignals:
             if reason is None and manager is not None and manager.reached_preemption(step):
                 reason = "preemption"
         return reason
+
+
+@contextlib.contextmanager
+def watch() -> Iterator[StopSignals]:
+    """The process's StopSignals: installed by the outermost `watch`, shared by inner ones."""
+    global _ACTIVE
+    if _ACTIVE is not None:
+        yield _ACTIVE
+        return
+    with StopSignals() as signals:
+        _ACTIVE = signals
+        try:
+            yield signals
+        finally:
+            _ACTIVE = None

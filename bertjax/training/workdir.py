@@ -6,19 +6,26 @@ know what the workdir holds while the run is still going:
 
     {"family": "gpt", "objective": "gpt_pretraining",
      "config_class": "bertjax.models.gpt.GptConfig", "config": {...},
-     "tokenizer": {"kind": "bpe", "files": {"vocab": "vocab.json", ...}, "vocab_size": 4096}}
+     "tokenizer": {"kind": "bpe", "files": {"vocab": "vocab.json", ...}, "vocab_size": 4096,
+                   "sha256": {"vocab": "...", ...}},
+     "data": {"corpus": "stdlib", "batch_size": 256}}
 
-Tokenizer files are named relative to the workdir, so a workdir can be copied elsewhere.
+Tokenizer files are named relative to the workdir, so a workdir can be copied elsewhere. Their
+digests let a resume refuse, before any compute, to go on with a tokenizer file that is missing
+or changed: the checkpoint's embedding rows mean the token ids it was trained with. A changed
+corpus or batch size is legitimate and announced in one line.
 """
 
 import dataclasses
+import hashlib
 import importlib
 import json
+import logging
 import os
 import pathlib
 from typing import Any
 
-from bertjax.files import write_text
+from bertjax.files import as_path, is_remote, local_copy, write_text
 
 RECORD = "model.json"
 
@@ -27,20 +34,68 @@ class RecordError(ValueError):
     """A workdir whose model cannot be identified or is of the wrong family."""
 
 
+def file_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
+    return hashlib.sha256(as_path(path).read_bytes()).hexdigest()
+
+
 def write_record(workdir: str | os.PathLike, family: str, objective: str, config: Any,
-                 tokenizer: dict[str, Any]) -> None:
-    """Write WORKDIR/model.json (atomically) for `config`, a family config dataclass."""
+                 tokenizer: dict[str, Any], data: dict[str, Any] | None = None) -> None:
+    """Write WORKDIR/model.json (atomically) for `config`, a family config dataclass, with the
+    digest of each tokenizer file in the workdir and the `data` a run trains on."""
     cls = type(config)
+    workdir = as_path(workdir)
+    files = tokenizer.get("files", {})
+    digests = {role: file_digest(workdir / name) for role, name in files.items()
+               if (workdir / name).is_file()}
+    if digests:
+        tokenizer = {**tokenizer, "sha256": digests}
     payload = {"family": family, "objective": objective,
                "config_class": f"{cls.__module__}.{cls.__qualname__}",
                "config": dataclasses.asdict(config), "tokenizer": tokenizer}
+    if data:
+        payload["data"] = data
     text = json.dumps(payload, indent=2, sort_keys=True) + "\n"
-    write_text(pathlib.Path(workdir) / RECORD, text)
+    write_text(workdir / RECORD, text)
+
+
+def latest_checkpoint(workdir: str | os.PathLike) -> int | None:
+    """The newest checkpoint step under WORKDIR/checkpoints (by name), or None."""
+    directory = as_path(workdir) / "checkpoints"
+    if not directory.is_dir():
+        return None
+    steps = [int(p.name) for p in directory.iterdir() if p.name.isdigit()]
+    return max(steps) if steps else None
+
+
+def check_resume(workdir: str | os.PathLike, data: dict[str, Any] | None = None) -> None:
+    """Before a run resumes: every tokenizer file the checkpoint was trained with is there,
+    unchanged (one line naming it otherwise); a changed corpus or batch size is announced."""
+    workdir = as_path(workdir)
+    if not (workdir / RECORD).is_file():
+        return
+    step = latest_checkpoint(workdir)
+    if step is None:
+        return
+    record = read_record(workdir)
+    tokenizer = record.get("tokenizer", {})
+    digests = tokenizer.get("sha256", {})
+    for role, name in tokenizer.get("files", {}).items():
+        path = workdir / name
+        if not path.is_file() or (role in digests and file_digest(path) != digests[role]):
+            raise RecordError(f"{path}, which checkpoint {step} was trained with, is missing or "
+                              "changed: restore it or use a new --workdir")
+    before = record.get("data", {})
+    changed = [f"{key} {value!r} (checkpoint {step} was trained with {before[key]!r})"
+               for key, value in (data or {}).items()
+               if key in before and before[key] != value]
+    if changed:
+        logging.warning("%s: resuming with %s", workdir, "; ".join(changed))
 
 
 def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
     """The record of `workdir`; one line when there is none or it is not bertjax's."""
-    path = pathlib.Path(workdir) / RECORD
+    path = as_path(workdir) / RECORD
     if not path.is_file():
         raise RecordError(f"{workdir} has no {RECORD}: pass the --workdir of a bertjax-train run "
                           "that has started")
@@ -55,7 +110,7 @@ def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
 
 def recorded_family(workdir: str | os.PathLike) -> str | None:
     """The family of the run in `workdir`, or None for a workdir no run has started in."""
-    return read_record(workdir)["family"] if (pathlib.Path(workdir) / RECORD).is_file() else None
+    return read_record(workdir)["family"] if (as_path(workdir) / RECORD).is_file() else None
 
 
 def expect_family(workdir: str | os.PathLike, family: str, tool: str) -> dict[str, Any]:
@@ -81,10 +136,18 @@ def model_config(record: dict[str, Any], **overrides: Any) -> Any:
     return cls.from_dict({**record["config"], **overrides})
 
 
-def tokenizer_file(workdir: str | os.PathLike, record: dict[str, Any], role: str) -> pathlib.Path:
-    """The path of the tokenizer file of `role` ("vocab", "merges") the run recorded."""
+def tokenizer_file(workdir: str | os.PathLike, record: dict[str, Any], role: str
+                   ) -> pathlib.Path:
+    """A local path holding the tokenizer file of `role` ("vocab", "merges") the run recorded
+    (the file itself, or a downloaded copy of a workdir on object storage)."""
     files = record.get("tokenizer", {}).get("files", {})
     if role not in files:
-        raise RecordError(f"{pathlib.Path(workdir) / RECORD} names no tokenizer {role} file: "
+        raise RecordError(f"{as_path(workdir) / RECORD} names no tokenizer {role} file: "
                           "retrain with this version of bertjax")
-    return pathlib.Path(workdir) / files[role]
+    path = as_path(workdir) / files[role]
+    if not is_remote(path):
+        return pathlib.Path(path)  # the caller says what a missing one means for it
+    if not path.is_file():
+        raise RecordError(f"{path}, which {as_path(workdir) / RECORD} names, is missing: "
+                          "restore it")
+    return local_copy(path)

@@ -71,6 +71,6 @@ def test_swept_columns_come_from_differing_gin(tmp_path):
 def test_bad_runs_are_one_line(tmp_path):
     with pytest.raises(RunError, match="no metrics.jsonl"):
         load_run(tmp_path)
-    (tmp_path / "metrics.jsonl").write_text("{oops\n")
-    with pytest.raises(RunError, match="metrics.jsonl:1 is not JSON"):
+    (tmp_path / "metrics.jsonl").write_text('{oops\n{"step": 2}\n')  # a bad line, not the last
+    with pytest.raises(RunError, match="metrics.jsonl:1 is not a JSON object"):
         load_run(tmp_path)

@@ -159,7 +159,7 @@ def test_help_prints_the_description_and_the_tools_flags(script):
     own_flag = {"bertjax-train": "--workdir", "bertjax-compile": "--jobs",
                 "bertjax-generate": "--prompt", "bertjax-embed": "--input",
                 "bertjax-finetune": "--init", "bertjax-fill-mask": "--checkpoint",
-                "bertjax-report": "--out"}
+                "bertjax-report": "--out", "bertjax-export": "--format"}
     assert script in own_flag, f"name a flag of {script} here"
     assert own_flag[script] in result.stdout
 

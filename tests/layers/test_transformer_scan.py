@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bertjax.layers.attention import causal_mask
+from bertjax.layers.attention import AttentionMask
 from bertjax.layers.transformer import TransformerConfig, TransformerStack
 
 
@@ -19,7 +19,7 @@ def test_scanned_stack_equals_unrolled(pre_layer_norm):
         num_layers=3, hidden_size=32, num_heads=4, mlp_dim=64, pre_layer_norm=pre_layer_norm
     )
     x_BxLxE = jax.random.normal(jax.random.key(0), (2, 7, 32))
-    mask = causal_mask(7)
+    mask = AttentionMask(causal=True)
     unrolled = TransformerStack(config)
     params = nn.unbox(unrolled.init(jax.random.key(1), x_BxLxE, mask, True)["params"])
     scanned = TransformerStack(dataclasses.replace(config, scan_layers=True))
@@ -41,7 +41,8 @@ def test_last_queries_are_the_first_rows_of_the_full_output(pre_layer_norm, rema
     config = TransformerConfig(num_layers=2, hidden_size=32, num_heads=4, mlp_dim=64,
                                pre_layer_norm=pre_layer_norm, remat=remat)
     x_BxLxE = jax.random.normal(jax.random.key(0), (2, 7, 32))
-    for mask in (causal_mask(7), (jnp.arange(7) < jnp.array([[5], [7]]))[:, None, None, :]):
+    padding = AttentionMask(jnp.arange(7) < jnp.array([[5], [7]]), real_tokens_first=True)
+    for mask in (AttentionMask(causal=True), padding):
         stack = TransformerStack(config)
         params = stack.init(jax.random.key(1), x_BxLxE, mask, True)["params"]
         full, _ = stack.apply({"params": params}, x_BxLxE, mask, True)

@@ -1,0 +1,147 @@
+"""Fine-tuning results in the formats the tasks' official tools read.
+
+SQuAD (written with the best evaluation, beside predictions.jsonl):
+
+    predictions.json   {question id: answer text}, "" for no answer: what the official
+                       evaluate-v1.1.py and evaluate-v2.0.py read as their prediction file
+    null_odds.json     SQuAD 2.0 only: {question id: null score - best span score}, the file
+                       evaluate-v2.0.py reads with --na-prob-file (as google-research/bert's
+                       run_squad.py writes it); its best_f1_thresh then tunes the threshold
+
+GLUE (`bertjax-finetune --predict=FILE`): the best checkpoint predicts an unlabelled file
+(a GLUE test split) into WORKDIR/submission/NAME.tsv, `index<TAB>prediction` rows in the
+file's order, NAME and the label spelling as the GLUE server expects them: the file name is
+the task's (SST-2.tsv, MNLI-m.tsv, MNLI-mm.tsv, AX.tsv, ...), found from GLUE's directory
+layout (glue_data/SST-2/test.tsv) or a TFDS name (tfds:glue/sst2:test), else the file's stem;
+labels are 0/1 for CoLA, SST-2, MRPC, QQP and WNLI (TFDS's class names are mapped back),
+entailment / not_entailment / neutral / contradiction as spelled for MNLI, QNLI, RTE and AX,
+and STS-B scores are numbers with three decimals.
+"""
+
+import json
+import os
+import pathlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from bertjax.data.labelled import TextExample, read_task
+from bertjax.files import write_text
+from bertjax.finetune.recipe import Recipe
+
+SQUAD_PREDICTIONS, SQUAD_NULL_ODDS = "predictions.json", "null_odds.json"
+SUBMISSION_DIR = "submission"
+PREDICT_TASKS = ("classification", "pair_classification", "regression")
+# GLUE's directory (glue_data/NAME) or TFDS config: its submission file name
+_GLUE_NAMES = {
+    "cola": "CoLA", "sst-2": "SST-2", "sst2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
+    "sts-b": "STS-B", "stsb": "STS-B", "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE",
+    "wnli": "WNLI", "ax": "AX", "diagnostic": "AX",
+}
+# TFDS's class names of the GLUE tasks whose submissions are 0/1
+_BINARY = {
+    "CoLA": ("unacceptable", "acceptable"), "SST-2": ("negative", "positive"),
+    "MRPC": ("not_equivalent", "equivalent"), "QQP": ("not_duplicate", "duplicate"),
+    "WNLI": ("not_entailment", "entailment"),
+}
+
+
+# ---------------------------------------------------------------- SQuAD
+
+
+def squad_files(predictions: Mapping[str, str],
+                null_odds: Mapping[str, float] | None = None) -> dict[str, str]:
+    """{file name: text} of predictions.json (and, for SQuAD 2.0, null_odds.json)."""
+    files = {SQUAD_PREDICTIONS: json.dumps(dict(predictions), indent=2, ensure_ascii=False)
+             + "\n"}
+    if null_odds is not None:
+        odds = {qid: float(value) for qid, value in null_odds.items()}
+        files[SQUAD_NULL_ODDS] = json.dumps(odds, indent=2) + "\n"
+    return files
+
+
+# ---------------------------------------------------------------- GLUE submissions
+
+
+def submission_name(spec: str) -> str:
+    """The GLUE submission file name (without .tsv) of a test file or TFDS spec."""
+    if spec.startswith("tfds:"):
+        _, name, *split = spec.split(":")
+        config = name.rsplit("/", 1)[-1].lower()
+        task = _GLUE_NAMES.get(config, config)
+    else:
+        path = pathlib.Path(spec)
+        task = _GLUE_NAMES.get(path.parent.name.lower(), None)
+        split = [path.stem]
+        if task is None:
+            return path.stem
+    if task == "MNLI" and split and "mismatched" in split[0]:
+        return "MNLI-mm"
+    if task == "MNLI" and split and "matched" in split[0]:
+        return "MNLI-m"
+    return task
+
+
+def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[TextExample]]:
+    """{submission name: examples} of the files to predict, read before training starts, so
+    a bad file fails in one line before anything runs."""
+    if not specs:
+        return {}
+    supported = recipe.family == "bert" and recipe.approach == "fine_tune"
+    if not supported or recipe.task not in PREDICT_TASKS:
+        raise ValueError(f"--predict writes GLUE submissions of fine-tuned BERT "
+                         f"{', '.join(PREDICT_TASKS)}; this recipe is {recipe.family} "
+                         f"{recipe.task}: drop --predict")
+    named: dict[str, list[TextExample]] = {}
+    for spec in specs:
+        name = submission_name(spec)
+        if name in named:
+            raise ValueError(f"--predict={spec}: a second file for {name}.tsv: pass one file "
+                             "per task")
+        named[name] = read_task(spec, recipe.task, text_columns=recipe.text_columns,
+                                label_column="", split_hint="test")
+    return named
+
+
+def glue_label(name: str, prediction: Any) -> str:
+    """One prediction as the GLUE server expects it in NAME.tsv."""
+    if isinstance(prediction, float):
+        return f"{prediction:.3f}"
+    if name in _BINARY and prediction in _BINARY[name]:
+        return str(_BINARY[name].index(prediction))
+    return str(prediction)
+
+
+def submission_tsv(name: str, ids: Sequence[str], predictions: Sequence[Any]) -> str:
+    """The text of NAME.tsv: a header, then `index<TAB>prediction` per example."""
+    rows = [f"{index}\t{glue_label(name, p)}" for index, p in zip(ids, predictions, strict=True)]
+    return "\n".join(["index\tprediction", *rows]) + "\n"
+
+
+def write_submissions(workdir: str | os.PathLike, named: Mapping[str, list[TextExample]],
+                      setup: Any, batch_size: int) -> list[pathlib.Path]:
+    """Predict each file's examples with the run's best checkpoint and write
+    WORKDIR/submission/NAME.tsv; the paths written. `setup` is the run's TaskSetup: its
+    encoder, model and decoder, as the dev evaluation uses them."""
+    from bertjax.finetune.evaluate import predict_batched  # the dev evaluation's batching
+    from bertjax.training.checkpoint import restore_saved_params
+    from bertjax.training.evaluation import jit_inference
+
+    if not named:
+        return []
+    params, _, _ = restore_saved_params(workdir)
+    predict = jit_inference(setup.predict)
+    written = []
+    for name, examples in named.items():
+        outputs = predict_batched(predict, params, setup.encode_inputs(examples), batch_size,
+                                  setup.buckets, setup.token_outputs)
+        predictions, _ = setup.decode(outputs)
+        path = pathlib.Path(workdir) / SUBMISSION_DIR / f"{_safe(name)}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text(path, submission_tsv(name, [ex.id for ex in examples], predictions))
+        written.append(path)
+    return written
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "predictions"

@@ -1,0 +1,80 @@
+"""The path layer every workdir file goes through: modes others can read, writes that a crash
+never leaves half done, temporary files of killed writers removed, unknown schemes refused."""
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from bertjax import files
+from bertjax.cli import runner
+
+
+@pytest.fixture
+def umask_022():
+    before = os.umask(0o022)
+    yield
+    os.umask(before)
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_writes_take_the_umask_and_keep_a_replaced_files_mode(tmp_path, umask_022):
+    path = tmp_path / "model.json"
+    files.write_text(path, "{}\n")
+    assert mode(path) == 0o644  # others (a team, TensorBoard run as another user) can read
+    os.chmod(path, 0o640)
+    files.write_text(path, '{"a": 1}\n')
+    assert mode(path) == 0o640 and path.read_text() == '{"a": 1}\n'
+    appended = tmp_path / "metrics.jsonl"
+    log = files.AppendFile(appended)
+    log.write(b'{"step": 1}\n')
+    log.close()
+    assert mode(appended) == 0o644
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+    path = tmp_path / "vocab.txt"
+    files.write_text(path, "old\n")
+    with pytest.raises(RuntimeError), files.atomic_file(path) as f:
+        f.write("half")
+        raise RuntimeError("disk full")
+    assert path.read_text() == "old\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vocab.txt"]
+
+
+def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    orphan = tmp_path / f".out.npz.{dead}.abc123.tmp"  # what kill -9 mid-write leaves
+    orphan.write_bytes(b"partial")
+    live = tmp_path / f".out.npz.{os.getpid()}.def456.tmp"  # a write going on in this process
+    live.write_bytes(b"partial")
+    files.write_bytes(tmp_path / "out.npz", b"whole")
+    assert not orphan.exists() and live.exists()
+    assert (tmp_path / "out.npz").read_bytes() == b"whole"
+
+
+def test_sigterm_in_a_tool_cleans_up_its_half_written_output(tmp_path):
+    """A tool that does not train (bertjax-embed, generate) ends on SIGTERM as on Ctrl-C, so
+    its atomic output's temporary file is removed rather than left behind."""
+    path = tmp_path / "embeddings.npz"
+    with pytest.raises(KeyboardInterrupt), runner._terminate_as_interrupt():
+        with files.atomic_file(path, "wb") as f:
+            f.write(b"half")
+            os.kill(os.getpid(), signal.SIGTERM)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unsupported_schemes_are_one_line_and_gs_paths_are_not_local():
+    with pytest.raises(files.StorageError, match=r"s3:// paths are not supported: use a local "
+                                                 r"path or gs://BUCKET/PATH"):
+        files.as_path("s3://bucket/run")
+    path = files.as_path("gs://bucket/run") / "model.json"
+    assert str(path) == "gs://bucket/run/model.json" and files.is_remote(path)
+    assert not files.is_remote(files.as_path("gs:/bucket"))  # one slash: a local name
