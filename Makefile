@@ -1,4 +1,7 @@
 # Two entry points (see README.md): `make demo` and `make test`. Each sets up .venv itself.
+# The tests come in two tiers: `make test` checks every mechanism cheaply (the command to run
+# after each change); `make test-e2e` runs the end-to-end tier (tests marked e2e: paper-size
+# compiles, repeated kill -9, multi-host, notebooks, full-size fine-tunes); `make test-all` both.
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
@@ -6,7 +9,7 @@ WORKDIR ?= workdir/bert_tiny_cpu
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-e2e test-all bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +30,19 @@ demo: $(VENV)/.installed
 		--workdir=$(WORKDIR)
 	XLA_FLAGS= $(BIN)/bertjax-fill-mask --checkpoint=$(WORKDIR)
 
+PYTEST := $(BIN)/python -m pytest -q -ra --strict-markers --durations=15 -n 2 --dist loadfile
+
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check bertjax tests benchmarks scripts
-	$(BIN)/python -m pytest -q -ra --durations=15 -n 2 --dist loadfile
+	$(PYTEST) -m "not e2e"
+
+test-e2e: $(VENV)/.installed-test
+	$(PYTEST) -m e2e
+
+# One pytest run for both tiers: the two workers share the long tests between them.
+test-all: $(VENV)/.installed-test
+	$(BIN)/ruff check bertjax tests benchmarks scripts
+	$(PYTEST)
 
 bench: $(VENV)/.installed-test
 	XLA_FLAGS= $(BIN)/python benchmarks/run_all.py

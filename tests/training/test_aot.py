@@ -21,6 +21,8 @@ BASE = "configs/experiments/bert_base_tpu_v3_32.gin"
 LARGE = "configs/experiments/bert_large_tpu_v3_128.gin"
 # BERT-tiny with 8192 sequences of 512 per core: the compiler gives up in seconds.
 TOO_BIG = ["bert_config.size = 'tiny'", "BATCH_SIZE = 262144", "train.seq_phases = ((1.0, 512),)"]
+SMALL_ON_V3_8 = ["bert_config.size = 'mini'", "bert_config.vocab_size = 1024", "BATCH_SIZE = 32",
+                 "aot_compile.topology = 'v3:2x2'", "make_mesh.data = 8"]
 
 
 def test_batch_spec_follows_the_task():
@@ -96,13 +98,9 @@ def test_v3_slices_have_two_devices_per_chip():
     assert aot.accelerator_of(devices) is aot.ACCELERATORS["TPU v3"]
 
 
-@pytest.mark.slow
-@needs_libtpu
-@pytest.mark.parametrize(
-    "gin_file, cores", [(BASE, 32), (LARGE, 128)], ids=["bert_base_v3_32", "bert_large_v3_128"]
-)
-def test_paper_experiments_fit_in_both_phases(gin_file, cores):
-    result = compile_cli.compile_experiment([gin_file])
+def check_fits_in_both_phases(result, cores):
+    """Both phases compiled for every core of the slice, fit in HBM with the state donated,
+    and XLA's FLOP count near the 6 * params * tokens estimate; the report shows both."""
     assert [(p.seq_length, p.steps) for p in result.phases] == [(128, 900_000), (512, 100_000)]
     for p in result.phases:
         assert p.num_devices == cores
@@ -114,6 +112,24 @@ def test_paper_experiments_fit_in_both_phases(gin_file, cores):
     compile_cli.check_fits(result)
     table = compile_cli.format_report(result)
     assert table.count(" yes ") == 2 and "total" in table
+
+
+@pytest.mark.e2e
+@needs_libtpu
+@pytest.mark.parametrize(
+    "gin_file, cores", [(BASE, 32), (LARGE, 128)], ids=["bert_base_v3_32", "bert_large_v3_128"]
+)
+def test_paper_experiments_fit_in_both_phases(gin_file, cores):
+    check_fits_in_both_phases(compile_cli.compile_experiment([gin_file]), cores)
+
+
+@needs_libtpu
+def test_a_small_bert_fits_a_v3_8_in_both_phases():
+    """The paper experiment's config and code path on a v3-8 (8 cores), with BERT-mini and a
+    small batch: what the end-to-end tier checks at BERT-base and BERT-large size."""
+    result = compile_cli.compile_experiment([BASE], SMALL_ON_V3_8)
+    check_fits_in_both_phases(result, 8)
+    assert result.topology == "v3:2x2" and result.mesh_shape["data"] == 8
 
 
 @pytest.mark.slow

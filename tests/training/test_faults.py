@@ -80,7 +80,49 @@ def wait_for_steps(process, workdir, steps, timeout=300):
     return False
 
 
-@pytest.mark.slow
+def assert_same_run(straight, resumed, steps):
+    """Bit-equal final parameters and data position, each step logged once, with the loss of
+    the uninterrupted run (no example skipped or repeated)."""
+    a, data_a = final_params(straight, steps)
+    b, data_b = final_params(resumed, steps)
+    assert data_a == data_b
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(x, y)
+    lines = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == list(range(1, steps + 1))
+    want = {json.loads(line)["step"]: json.loads(line)["loss"]
+            for line in (straight / "metrics.jsonl").read_text().splitlines()}
+    assert all(m["loss"] == want[m["step"]] for m in lines)
+
+
+def test_kill_9_twice_changes_nothing(bert_sample, tmp_path):
+    """Killed twice, three steps and then one step into a run (a checkpoint every 2 steps,
+    so a save may be under way), rerun: the same run as one never interrupted, bit for bit.
+    The end-to-end tier kills 10 times, at random moments."""
+    steps = 12
+    straight = subprocess.Popen(command(tmp_path / "straight", bert_sample,
+                                        f"--gin.NUM_STEPS={steps}",
+                                        f"--gin.train.checkpoint_every={steps}"),
+                                cwd=REPO, env=process_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # beside the killed runs
+    workdir, kills = tmp_path / "killed", 0
+    for wait_steps in (3, 1):
+        process = start(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
+                        "--gin.train.checkpoint_every=2")
+        assert wait_for_steps(process, workdir, len(logged_steps(workdir)) + wait_steps)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        kills += process.returncode == -signal.SIGKILL
+    assert kills == 2 and len(logged_steps(workdir)) < steps
+    finish = train_alone(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
+                         "--gin.train.checkpoint_every=2")
+    assert finish.returncode == 0, finish.stderr[-3000:]
+    _, err = straight.communicate(timeout=900)
+    assert straight.returncode == 0, err[-3000:]
+    assert_same_run(tmp_path / "straight", workdir, steps)
+
+
+@pytest.mark.e2e
 def test_kill_9_at_random_moments_changes_nothing(bert_sample, tmp_path):
     """Killed 10 times (some during a save, with a checkpoint every 2 steps), rerun each time:
     the final parameters equal the uninterrupted run's (which saves only at its end) bit for
@@ -107,16 +149,7 @@ def test_kill_9_at_random_moments_changes_nothing(bert_sample, tmp_path):
                          "--gin.train.checkpoint_every=2")
     assert finish.returncode == 0, finish.stderr[-3000:]
     assert kills >= 10, f"only {kills} kills landed before the run completed"
-    a, data_a = final_params(tmp_path / "straight", steps)
-    b, data_b = final_params(workdir, steps)
-    assert data_a == data_b
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_array_equal(x, y)
-    lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == list(range(1, steps + 1))
-    want = {json.loads(line)["step"]: json.loads(line)["loss"]
-            for line in (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()}
-    assert all(m["loss"] == want[m["step"]] for m in lines)
+    assert_same_run(tmp_path / "straight", workdir, steps)
 
 
 def test_sigterm_saves_at_the_step_and_resume_continues(bert_sample, tmp_path):
