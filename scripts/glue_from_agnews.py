@@ -1,5 +1,5 @@
 """A small GLUE-format directory built from AG News sentences, for trying bertjax-glue where
-GLUE itself is not at hand (the tests use it, and README's table was made with it).
+GLUE itself is not at hand (the tests use it; docs/finetuning.md, "GLUE").
 
 The nine tasks have GLUE's directory layout, file names and headers (CoLA's train and dev
 files without a header, MNLI's dev_matched and dev_mismatched, the many columns of STS-B and
