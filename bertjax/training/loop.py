@@ -1,4 +1,4 @@
-"""The training loop, the one place that jits: every family, pretraining and fine-tuning.
+"""The training loop of every family, pretraining and fine-tuning; it jits the train steps.
 
     run(experiment, workdir, mesh)
       checks (batch over the mesh, the workdir's family, vocabulary, the data's features)

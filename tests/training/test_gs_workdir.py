@@ -148,7 +148,7 @@ def test_finetune_from_a_gs_workdir_and_report_both(gcs_bucket, pretrained):  # 
 
 
 def worker_command(workdir, corpus, *bindings):
-    """The command scripts/tpu/train.sh starts on every worker of a slice (README's Cloud TPU
+    """The command scripts/tpu/train.sh starts on every worker of a slice (docs/tpu.md's Cloud TPU
     block), with its bertjax-train run as this interpreter's module and --distributed, which
     finds the peers of a TPU pod, given as the one-process equivalent a CPU host needs."""
     extra = [f"--gin.bert_pretraining_source.corpus='{corpus}'", "--noprogress", *TINY,
@@ -171,7 +171,7 @@ def train_process(workdir, corpus, *bindings):
 
 @pytest.mark.e2e
 def test_sigterm_on_gs_resumes_to_the_uninterrupted_parameters(gcs_bucket, corpus):  # noqa: F811
-    """README's Cloud TPU workflow on the emulator: train.sh's worker command, `train.sh
+    """docs/tpu.md's Cloud TPU workflow on the emulator: train.sh's worker command, `train.sh
     --stop` (SIGTERM) after a checkpoint, rerun: the parameters of an uninterrupted run."""
     steps_ = "--gin.NUM_STEPS=60"  # the straight run saves only at its end
     straight = train_process(f"{gcs_bucket}/straight", corpus, steps_,

@@ -240,7 +240,7 @@ def cached_task(settings: Settings, cache_dir: str, setting: str) -> seqio.Task:
         raise DataError(
             f"{setting}.cache_dir {cache_dir} has no cache {task.name} for these settings: "
             f"build it with python -m seqio.scripts.cache_tasks_main --module_import={__name__} "
-            f"--tasks={task.name} --output_cache_dir={cache_dir} (see README)")
+            f"--tasks={task.name} --output_cache_dir={cache_dir} (see docs/pretraining.md)")
     return task
 
 
