@@ -1,5 +1,6 @@
 """Every benchmark that has a --quick mode runs it, so none of them rots between `make bench`
-runs: each must exit 0 and print the ratio it exists to measure."""
+runs: each must exit 0 and print the ratio it exists to measure (end-to-end tier; the fast tier
+runs `run_all.py --quick` on one of them, tests/benchmarks/test_run_all.py)."""
 
 import pathlib
 import re
@@ -19,6 +20,7 @@ def test_the_benchmarks_with_a_quick_mode_are_found():
     assert {"elmo_lstm.py", "finetune_classification.py"} <= set(QUICK)
 
 
+@pytest.mark.e2e
 @pytest.mark.torch
 @pytest.mark.parametrize("script", QUICK)
 def test_quick_mode_runs(script):

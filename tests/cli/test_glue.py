@@ -160,12 +160,12 @@ def test_a_headerless_cola_line_of_the_wrong_layout_is_one_line(tmp_path):
 @pytest.mark.e2e
 def test_all_nine_tasks_with_the_learning_rate_grid(tiny_bert, glue_dir, tmp_path):
     result = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={glue_dir}", "--tasks=all",
-                          "--seeds=2", "--lr_grid", f"--workdir={tmp_path}", *QUICK[:-1])
+                          "--seeds=1", "--lr_grid", f"--workdir={tmp_path}", *QUICK[:-1])
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((tmp_path / glue.RESULTS_JSON).read_text())
     assert len(report["average_columns"]) == 9 and "WNLI" in report["scores"]
     assert set(report["learning_rates"].values()) <= set(glue.BERT_LEARNING_RATES)
-    assert len(list(tmp_path.glob("*/lr_*/seed_*/eval_results.json"))) == 9 * 4 * 2
+    assert len(list(tmp_path.glob("*/lr_*/seed_*/eval_results.json"))) == 9 * 4
 
 
 def test_a_run_stopped_by_a_signal_stops_the_benchmark(monkeypatch, glue_dir, tmp_path):

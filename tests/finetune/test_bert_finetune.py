@@ -90,7 +90,7 @@ def fine_tune(pretrained, kind, train_rows, num_labels=2, steps=60, lr=5e-5):
     return state, trainer, task
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_extractive_qa_finds_the_asked_word(pretrained, vocab, sentences):
     rng = np.random.default_rng(2)
     rows = []

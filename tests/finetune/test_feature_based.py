@@ -313,13 +313,13 @@ def agnews_elmo(tmp_path_factory):
     return results
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_elmo_sentence_classifier_learns_agnews(agnews_elmo):
     assert agnews_elmo["majority"] < 0.3
     assert agnews_elmo[0.001]["accuracy"] > 0.5, agnews_elmo
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_strong_lambda_keeps_the_mix_near_uniform(agnews_elmo):
     def from_uniform(mix):
         w = np.asarray(mix["weights"])
@@ -407,7 +407,7 @@ def test_feature_combinations_read_the_right_layers(minilm):
         bert_feature_objective(config, "sum_last_two", 3)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_concat_last_four_features_tag_agnews_words(minilm):
     config, encoder, vocab = minilm
     sentences, _ = read_agnews("train")

@@ -92,7 +92,7 @@ def _run(kind, lm_coef, workdir, pretrained=True):
     return outcome
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["classification", "entailment", "similarity",
                                   "multiple_choice"])
 def test_each_input_transformation_learns_a_small_task(kind, tmp_path):
@@ -103,7 +103,7 @@ def test_each_input_transformation_learns_a_small_task(kind, tmp_path):
     assert "lm_loss" in outcome.result.metrics
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_without_the_auxiliary_lm_objective_and_from_pretrained_weights(tmp_path):
     outcome = _run("classification", lm_coef=0.0, workdir=tmp_path)
     accuracy = outcome.results["best"]["accuracy"]

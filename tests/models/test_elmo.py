@@ -167,7 +167,7 @@ def trained(wikitext_valid, tmp_path_factory):
     return _RUN["run"]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_both_perplexities_fall_on_held_out_text(trained):
     (fwd0, bwd0), (fwd1, bwd1) = trained["before"], trained["after"]
     print(f"held-out perplexity forward {fwd0:.0f} -> {fwd1:.0f}, "
@@ -198,7 +198,7 @@ def sense_distances(embedder, layer):
     return float(same.mean()), float(dist(river, money).mean())
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_polysemy_contextual_vectors_separate_senses_static_ones_do_not(trained):
     embedder = trained["embedder"]
     static = np.concatenate([bank_vectors(embedder, RIVER, 0), bank_vectors(embedder, MONEY, 0)])

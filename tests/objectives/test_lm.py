@@ -28,7 +28,7 @@ def test_weighted_loss_matches_numpy_and_perplexity_is_its_exp():
     assert float(metrics["lm_weight"]) == weights.sum()
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_tiny_gpt_validation_perplexity_falls_on_wikitext(wikitext_valid, tmp_path):
     lines = [line for line in wikitext_valid.read_text(encoding="utf-8").split("\n")
              if line.strip()]

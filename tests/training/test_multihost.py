@@ -41,7 +41,7 @@ def losses(workdir):
     return [json.loads(line)["loss"] for line in lines]
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_two_processes_match_one(tmp_path, bert_sample):
     def env(devices):
         return {**process_env(devices), "JAX_PLATFORMS": "cpu"}
