@@ -44,3 +44,25 @@ def truncated_minilm(directory: pathlib.Path, num_layers: int = 2) -> pathlib.Pa
         if (source / name).is_file():
             (directory / name).symlink_to(source / name)
     return directory
+
+
+def random_bert(directory: pathlib.Path, num_layers: int = 2,
+                max_position_embeddings: int = 128) -> pathlib.Path:
+    """A random small BERT (H32, 4 heads) with MiniLM's uncased vocabulary, written to
+    `directory` as a transformers directory: fine-tuning's wiring without its cost."""
+    import flax.linen as nn
+    import jax
+    import numpy as np
+
+    from bertjax.convert import export, hf_bert
+    from bertjax.models.bert import bert_config
+
+    config = bert_config("tiny", vocab_size=30522, hidden_size=32, num_layers=num_layers,
+                         num_heads=4, mlp_dim=64,
+                         max_position_embeddings=max_position_embeddings)
+    rng = np.random.default_rng(0)
+    shapes = nn.unbox(hf_bert.param_template(config))
+    params = jax.tree.map(lambda s: (0.05 * rng.standard_normal(s.shape)).astype(np.float32),
+                          shapes)
+    export.export_bert(config, params, directory, minilm_dir() / "vocab.txt", lower_case=True)
+    return directory

