@@ -98,16 +98,18 @@ def test_v3_slices_have_two_devices_per_chip():
     assert aot.accelerator_of(devices) is aot.ACCELERATORS["TPU v3"]
 
 
-def check_fits_in_both_phases(result, cores):
+def check_fits_in_both_phases(result, cores, most_flops=1.2):
     """Both phases compiled for every core of the slice, fit in HBM with the state donated,
-    and XLA's FLOP count near the 6 * params * tokens estimate; the report shows both."""
+    and XLA's FLOP count near the 6 * params * tokens estimate (at most `most_flops` times
+    it: attention's share, which the estimate leaves out, grows with seq / hidden size); the
+    report shows both."""
     assert [(p.seq_length, p.steps) for p in result.phases] == [(128, 900_000), (512, 100_000)]
     for p in result.phases:
         assert p.num_devices == cores
         assert p.fits, f"seq {p.seq_length}: {p.memory}"
         assert p.memory.aliased > 0.9 * p.memory.outputs  # the state is donated, updated in place
         # XLA's count agrees with 6 * params * tokens to within the embeddings and attention.
-        assert 0.5 < p.flops * p.num_devices / p.model_flops < 1.2
+        assert 0.5 < p.flops * p.num_devices / p.model_flops < most_flops
         assert p.step_seconds > 0
     compile_cli.check_fits(result)
     table = compile_cli.format_report(result)
@@ -128,7 +130,9 @@ def test_a_small_bert_fits_a_v3_8_in_both_phases():
     """The paper experiment's config and code path on a v3-8 (8 cores), with BERT-mini and a
     small batch: what the end-to-end tier checks at BERT-base and BERT-large size."""
     result = compile_cli.compile_experiment([BASE], SMALL_ON_V3_8)
-    check_fits_in_both_phases(result, 8)
+    # BERT-mini (H256, 4 layers) at seq 512: attention's 12 x seq x hidden x layers FLOPs per
+    # token are about a quarter of 6 x params (XLA counted 1.23x the estimate).
+    check_fits_in_both_phases(result, 8, most_flops=1.4)
     assert result.topology == "v3:2x2" and result.mesh_shape["data"] == 8
 
 
