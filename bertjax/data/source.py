@@ -130,9 +130,10 @@ def register_task(name: str, source: ExampleSource, vocab: seqio.Vocabulary,
 
 class Source:
     """What the training loop consumes (bertjax.training.data_source.DataSource): prepare,
-    save, vocab_size, feature_spec, batches, padded_length."""
+    save, vocab_size, feature_spec, batches, padded_length, corpus_name."""
 
     setting = ""  # the gin name, e.g. "bert_pretraining_source"
+    corpus_name: str | None = None  # the corpus setting, set by __init__
     task_prefix = ""
     vocab_kind = ""
     vocab_files: dict[str, str] = {}

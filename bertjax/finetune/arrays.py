@@ -25,6 +25,7 @@ class ArraySource:
     """Batches of rows of `arrays` ({feature: [n, ...]}), shuffled anew every epoch."""
 
     setting = "the fine-tuning data"
+    corpus_name = None  # examples in memory, no corpus setting
 
     def __init__(self, arrays: Mapping[str, np.ndarray], seed: int = 0, shuffle: bool = True,
                  tokenizer: dict | None = None, buckets: LengthBuckets | None = None):

@@ -18,6 +18,7 @@ class DataSource(Protocol):
     """Batches for the loop, and what it checks and records before the first step."""
 
     setting: str  # the setting that configures the source, named in error messages
+    corpus_name: str | None  # the corpus setting it reads (model.json records it); None: none
 
     @property
     def vocab_size(self) -> int:

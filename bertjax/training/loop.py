@@ -190,7 +190,7 @@ def _check_features(exp: Experiment, seq_length: int) -> None:
 
 def run_facts(exp: Experiment) -> dict[str, Any]:
     """What model.json records of the data a run trains on (a resume announces changes)."""
-    corpus = getattr(exp.source, "corpus_name", None)
+    corpus = exp.source.corpus_name
     return {"batch_size": exp.batch_size, **({"corpus": corpus} if corpus else {})}
 
 
