@@ -6,6 +6,11 @@ left behind) does not depend on a fresh process, so those run here: same flags, 
 entry point as the console script, stdout and stderr captured, the exit status from
 SystemExit. Tests about the process itself (signals, kill -9, TensorFlow's C++ start-up
 output, --help per tool) keep using real processes.
+
+The test process has 8 fake CPU devices; the training tools run here on a mesh of the first 2
+(`make_mesh.num_devices`): the batch is still split over devices, and each program compiles
+for 2 partitions instead of 8, about half the time. A test that needs another mesh passes its
+own --gin.make_mesh.* bindings. (Tools started as processes get 1 device: process_env.)
 """
 
 import contextlib
@@ -20,6 +25,10 @@ import sys
 import gin
 from absl import flags
 from absl import logging as absl_logging
+
+
+MESH_TOOLS = ("bertjax.cli.train", "bertjax.cli.finetune", "bertjax.cli.glue")
+MESH_DEVICES = 2
 
 
 @contextlib.contextmanager
@@ -39,6 +48,8 @@ def run_tool(module: str, *args: object, cwd: os.PathLike | str | None = None
     what the tool printed. Flags and gin are reset before and after, so runs do not leak."""
     tool = importlib.import_module(module)
     argv = [module, *map(str, args)]
+    if module in MESH_TOOLS and not any(a.startswith("--gin.make_mesh.") for a in argv):
+        argv.append(f"--gin.make_mesh.num_devices={MESH_DEVICES}")
     out, err = io.StringIO(), io.StringIO()
     gc.collect()  # what earlier tests left to finalize prints now, not into this run's stderr
     flags.FLAGS.unparse_flags()

@@ -99,12 +99,13 @@ def main() -> None:
     tasks = glue.select_tasks(FLAGS.tasks)
     recipes = recipe_for(FLAGS.family, FLAGS.gin_bindings)
     recipes(tasks[0])  # a bad binding fails now, in one line
+    mesh = gin.get_configurable("bertjax.make_mesh")()  # --gin.make_mesh.* as bertjax-finetune
     runner.announce_backend(PROGRAM)
     model = load_pretrained(FLAGS.init, FLAGS.family, lower_case=FLAGS.do_lower_case)
     report = glue.run_glue(
         model, glue.GlueData(glue_dir), tasks, recipes, workdir,
         seeds=range(FLAGS.seeds), learning_rates=glue.BERT_LEARNING_RATES if FLAGS.lr_grid
-        else None, show_progress=FLAGS.progress,
+        else None, mesh=mesh, show_progress=FLAGS.progress,
         log=lambda line: print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True))
     if report is None:  # stopped by a signal: the run said where
         return

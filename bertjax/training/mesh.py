@@ -43,10 +43,20 @@ def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, model: int = 1) 
 
 
 def make_mesh(
-    data: int = -1, fsdp: int = 1, model: int = 1, devices: Sequence[Any] | None = None
+    data: int = -1, fsdp: int = 1, model: int = 1, devices: Sequence[Any] | None = None,
+    num_devices: int = -1,
 ) -> Mesh:
-    """A (data, fsdp, model) mesh over `devices` (default: all devices), all axes Auto."""
+    """A (data, fsdp, model) mesh over `devices` (default: all devices), all axes Auto.
+
+    `num_devices` > 0 keeps only the first that many of them: a run that leaves the other
+    devices of a host to another job, or a quick run on a host of many (fake) CPU devices,
+    where each program compiles for fewer partitions."""
     devices = list(jax.devices() if devices is None else devices)
+    if num_devices == 0 or num_devices < -1 or num_devices > len(devices):
+        raise MeshError(f"make_mesh.num_devices={num_devices}, but {len(devices)} devices are "
+                        f"available: choose 1 to {len(devices)}, or -1 for all")
+    if num_devices > 0:
+        devices = devices[:num_devices]
     shape = mesh_shape(len(devices), data, fsdp, model)
     return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
 

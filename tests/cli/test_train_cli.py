@@ -137,7 +137,8 @@ def test_misspelled_config_name(trained):
 
 
 def test_batch_not_divisible_by_data_parallel_devices(trained, bert_sample):
-    line = error_line(run_cli(trained, "--gin.BATCH_SIZE=12", corpus=bert_sample))
+    line = error_line(run_cli(trained, "--gin.BATCH_SIZE=12", "--gin.make_mesh.num_devices=8",
+                              corpus=bert_sample))
     assert "not divisible by the 8 data-parallel devices" in line
 
 
@@ -239,7 +240,8 @@ def test_workdir_that_is_a_file(tmp_path):
 ])
 def test_failed_validation_leaves_no_trace(tmp_path, bert_sample, binding, message):
     workdir = tmp_path / "run"
-    line = error_line(run_cli(workdir, binding, corpus=bert_sample))
+    line = error_line(run_cli(workdir, binding, "--gin.make_mesh.num_devices=8",
+                              corpus=bert_sample))
     assert message in line
     assert not workdir.exists() or not any(workdir.iterdir()), list(workdir.rglob("*"))
 

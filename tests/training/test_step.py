@@ -91,6 +91,14 @@ def test_batch_not_divisible_by_data_parallel_devices():
         check_batch_size(12, make_mesh())
 
 
+def test_num_devices_keeps_the_first_devices():
+    mesh = make_mesh(num_devices=2)
+    assert list(mesh.devices.flat) == jax.devices()[:2] and mesh.shape["data"] == 2
+    for bad in (0, -2, 9):
+        with pytest.raises(MeshError, match=f"make_mesh.num_devices={bad}, but 8 devices"):
+            make_mesh(num_devices=bad)
+
+
 def test_mesh_shape_errors():
     with pytest.raises(MeshError, match="needs 6 devices"):
         make_mesh(data=3, model=2)
