@@ -26,7 +26,6 @@ import gin
 from absl import flags
 from absl import logging as absl_logging
 
-
 MESH_TOOLS = ("bertjax.cli.train", "bertjax.cli.finetune", "bertjax.cli.glue")
 MESH_DEVICES = 2
 

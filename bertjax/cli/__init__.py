@@ -6,10 +6,11 @@ Importing this package prepares the process before JAX or TensorFlow start:
   to cpu. With libtpu installed for ahead-of-time compilation, JAX would otherwise probe for a
   TPU at start-up and log failures. Hosts with a TPU or GPU keep JAX's own choice, and an
   explicit JAX_PLATFORMS always wins. Each tool prints the backend it runs on at start.
-* TensorFlow (used for tokenization in tf.data) is imported only by the tools and modules
-  that read corpora, when they first need it: a tool that never touches text (bertjax-compile
-  on a config, bertjax-report) never pays its start-up, and the core runs on accelerator
-  images without TensorFlow. TensorFlow prints start-up lines ("Could not find cuda drivers",
+* TensorFlow (used for tokenization in tf.data) is imported only by the modules that read or
+  tokenize text (data sources, the WordPiece vocabulary) and by gin's registry of configurables
+  (`gin_utils.parse`), so `--help` of bertjax-train, -compile, -export, -embed and -generate
+  starts without it, and the core runs on accelerator images without TensorFlow.
+  TensorFlow prints start-up lines ("Could not find cuda drivers",
   "oneDNN custom operations", CPU instruction notes) from C++ before its logging is
   configured, so TF_CPP_MIN_LOG_LEVEL cannot hide them: whenever it is first imported in a
   tool's process, they are captured and shown only if that import fails. TensorFlow is kept

@@ -8,8 +8,6 @@ from typing import Any
 
 import gin
 
-import bertjax.configurables  # noqa: F401  (registers every gin name)
-
 
 class ConfigError(ValueError):
     """A gin file or binding that cannot be used."""
@@ -82,6 +80,9 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
     Includes such as `include 'configs/models/bert_tiny.gin'` resolve against the working
     directory first, then bertjax's own configs.
     """
+    import bertjax.configurables  # noqa: F401, PLC0415 - registers every gin name; imported
+    # here, not at the top, so a tool's --help and the tools that parse no gin file start
+    # without the data modules (TensorFlow, seqio: several seconds)
     _use_bertjax_configs()
     files = [resolve(f) for f in gin_files]
     try:
