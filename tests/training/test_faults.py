@@ -4,6 +4,7 @@ damaged checkpoints, a full disk, a loss that turns non-finite; and metrics logg
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -180,10 +181,23 @@ def truncate_largest(step_dir):
     truncate(max(data_files(step_dir), key=lambda p: p.stat().st_size))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbled_metadata", "empty_step"])
-def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, tmp_path, damage):
-    first = train(tmp_path, bert_sample, "--gin.NUM_STEPS=4", "--gin.train.checkpoint_every=2")
+@pytest.fixture(scope="module")
+def four_steps(bert_sample, tmp_path_factory):
+    """A finished 4-step run with checkpoints at steps 2 and 4; each test damages a copy."""
+    workdir = tmp_path_factory.mktemp("four_steps") / "run"
+    first = train(workdir, bert_sample, "--gin.NUM_STEPS=4", "--gin.train.checkpoint_every=2")
     assert first.returncode == 0, first.stderr[-3000:]
+    return workdir
+
+
+def copy_of(run, tmp_path):
+    return pathlib.Path(shutil.copytree(run, tmp_path / "run"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled_metadata", "empty_step"])
+def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, four_steps, tmp_path,
+                                                                damage):
+    tmp_path = copy_of(four_steps, tmp_path)
     checkpoints = tmp_path / "checkpoints"
     newest = 4
     if damage == "truncated":
@@ -203,9 +217,8 @@ def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, tmp
     assert "Traceback" not in result.stderr
 
 
-def test_restore_for_inference_falls_back_too(bert_sample, tmp_path):
-    first = train(tmp_path, bert_sample, "--gin.NUM_STEPS=4", "--gin.train.checkpoint_every=2")
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_restore_for_inference_falls_back_too(four_steps, tmp_path):
+    tmp_path = copy_of(four_steps, tmp_path)
     # Every data file: which file holds the parameters (all this read needs) varies by run.
     for file in data_files(tmp_path / "checkpoints" / "4"):
         truncate(file)
