@@ -69,6 +69,7 @@ class Trainer:
     step: Callable[[TrainState, Any], tuple[TrainState, dict]]
     evaluate: Callable[[TrainState, Any], dict]
     reset_carry: Callable[[TrainState], TrainState]
+    init_from: Callable[[Callable[[Any], Any]], TrainState]
 
     def device_batch(self, batch: Batch) -> Any:
         """Assemble the global batch from this process's rows, split over data and fsdp."""
@@ -150,9 +151,38 @@ def build_trainer(
         in_shardings=(state_shardings,), out_shardings=state_shardings, donate_argnums=0,
     )
     init_fn = jax.jit(init_state, out_shardings=state_shardings)
+
+    def init_from(initial_params: Callable[[Any], Any]) -> TrainState:
+        """A fresh state whose parameters `initial_params` fills (e.g. from a pretrained
+        model): it is given abstract parameters (ShapeDtypeStructs with their shardings), and
+        only the leaves it leaves abstract are drawn. The jitted draw returns just those
+        leaves, so XLA drops the random initialisation of everything that was filled: a
+        fine-tuning run compiles a head's initialiser, not the whole model's."""
+        filled = initial_params(abstract_state.params)
+        leaves, treedef = jax.tree.flatten(filled)
+        fresh = [isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves]
+
+        def draw() -> list:
+            drawn = jax.tree.leaves(nn.unbox(init_boxed_params(jax.random.key(seed))))
+            return [leaf for leaf, is_fresh in zip(drawn, fresh, strict=True) if is_fresh]
+
+        shardings = jax.tree.leaves(state_shardings.params)
+        drawn = iter(wrap(jax.jit(draw, out_shardings=[s for s, f in zip(shardings, fresh,
+                                                                         strict=True) if f]))()
+                     if any(fresh) else [])
+        params = treedef.unflatten([next(drawn) if is_fresh else jax.device_put(leaf, sharding)
+                                    for leaf, is_fresh, sharding in zip(leaves, fresh, shardings,
+                                                                        strict=True)])
+        return state_from(params)
+
     wrap = partial(_in_context, mesh=mesh, rules=rules)
+    state_from = wrap(jax.jit(lambda params: create_state(params, tx, seed, zero_carry()),
+                              in_shardings=(state_shardings.params,),
+                              out_shardings=state_shardings))
+    # init_from itself runs outside the mesh context, as `initial_params` always has (it may
+    # compute on arrays of one device, e.g. GPT's new token rows).
     return Trainer(mesh, rules, state_shardings, abstract_state, wrap(init_fn), wrap(step_fn),
-                   wrap(eval_fn), wrap(reset_fn))
+                   wrap(eval_fn), wrap(reset_fn), init_from)
 
 
 def phase_plan(num_steps: int, seq_phases: Sequence[tuple[float, int]]) -> list[tuple[int, int]]:
@@ -226,9 +256,11 @@ def run(
 ) -> RunResult:
     """Train `exp` to its num_steps, resuming from the newest checkpoint in `workdir`.
 
-    The source must be prepared. `initial_params(params) -> params` changes the parameters of
-    a fresh run before its first step (a pretrained encoder for fine-tuning); a resumed run
-    takes its own. An `evaluator` runs every `evaluator.every` steps and at the end, and the
+    The source must be prepared. `initial_params(params) -> params` fills the parameters of
+    a fresh run before its first step (a pretrained encoder for fine-tuning): it receives
+    abstract parameters (ShapeDtypeStructs carrying their shardings), and the leaves it
+    returns still abstract are drawn at random (Trainer.init_from); a resumed run takes its
+    own. An `evaluator` runs every `evaluator.every` steps and at the end, and the
     best evaluation's parameters and predictions are kept (see training/evaluation.py).
     The run holds the workdir's lease (training/lease.py) and watches for stop signals
     (training/preemption.py); a tool that took both earlier keeps them.
@@ -325,10 +357,7 @@ def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
                      initial_params: Callable[[Any], Any] | None) -> tuple[TrainState, dict]:
     if checkpointer.latest_step() is not None:  # the newest readable one (see Checkpointer)
         return checkpointer.restore(trainer.abstract_state)
-    state = trainer.init()
-    if initial_params is not None:
-        params = jax.device_put(initial_params(state.params), trainer.state_shardings.params)
-        state = state.replace(params=params)
+    state = trainer.init() if initial_params is None else trainer.init_from(initial_params)
     return state, {"phase": 0, "example_index": 0}
 
 
