@@ -94,7 +94,9 @@ class Adapter:
         return train["input_ids"].shape[-1]
 
     def initial_params(self, params: Any) -> Any:
-        """A fresh run's parameters with the pretrained model's in place."""
+        """A fresh run's parameters with the pretrained model's in place. The loop passes
+        abstract parameters (ShapeDtypeStructs with their shardings) and draws the leaves
+        returned still abstract (Trainer.init_from), so only the head is initialised."""
         raise NotImplementedError
 
     def report(self, params: Any) -> dict[str, Any]:
