@@ -27,7 +27,7 @@ CACHE_HITS = "/jax/compilation_cache/cache_hits"
 CACHE_MISSES = "/jax/compilation_cache/cache_misses"
 
 _current: dict[str, Any] = {}
-_listening: list[bool] = []
+_listening = False
 
 
 def _reset() -> None:
@@ -64,10 +64,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _listening
     if config.getoption("--compile-times") and not _listening:  # once per process
         jax.monitoring.register_event_duration_secs_listener(_on_duration)
         jax.monitoring.register_event_listener(_on_event)
-        _listening.append(True)
+        _listening = True
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -87,7 +88,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
 
 def summary(path: str, top: int = 15) -> str:
     """The tests and the jitted functions that compiled longest, from a --compile-times file."""
-    records = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+    with open(path, encoding="utf-8") as f:
+        records = [json.loads(line) for line in f if line.strip()]
     functions: dict[str, list] = collections.defaultdict(lambda: [0.0, 0])
     for record in records:
         for name, f in record["by_function"].items():

@@ -151,36 +151,36 @@ def build_trainer(
         in_shardings=(state_shardings,), out_shardings=state_shardings, donate_argnums=0,
     )
     init_fn = jax.jit(init_state, out_shardings=state_shardings)
+    wrap = partial(_in_context, mesh=mesh, rules=rules)
+    state_from = wrap(jax.jit(lambda params: create_state(params, tx, seed, zero_carry()),
+                              in_shardings=(state_shardings.params,),
+                              out_shardings=state_shardings))
+    param_shardings = jax.tree.leaves(state_shardings.params)
 
     def init_from(initial_params: Callable[[Any], Any]) -> TrainState:
         """A fresh state whose parameters `initial_params` fills (e.g. from a pretrained
         model): it is given abstract parameters (ShapeDtypeStructs with their shardings), and
         only the leaves it leaves abstract are drawn. The jitted draw returns just those
         leaves, so XLA drops the random initialisation of everything that was filled: a
-        fine-tuning run compiles a head's initialiser, not the whole model's."""
-        filled = initial_params(abstract_state.params)
-        leaves, treedef = jax.tree.flatten(filled)
+        fine-tuning run compiles a head's initialiser, not the whole model's. It runs outside
+        the mesh context, as `initial_params` always has (it may compute on arrays of one
+        device, e.g. GPT's new token rows)."""
+        leaves, treedef = jax.tree.flatten(initial_params(abstract_state.params))
         fresh = [isinstance(leaf, jax.ShapeDtypeStruct) for leaf in leaves]
 
         def draw() -> list:
             drawn = jax.tree.leaves(nn.unbox(init_boxed_params(jax.random.key(seed))))
             return [leaf for leaf, is_fresh in zip(drawn, fresh, strict=True) if is_fresh]
 
-        shardings = jax.tree.leaves(state_shardings.params)
-        drawn = iter(wrap(jax.jit(draw, out_shardings=[s for s, f in zip(shardings, fresh,
-                                                                         strict=True) if f]))()
-                     if any(fresh) else [])
-        params = treedef.unflatten([next(drawn) if is_fresh else jax.device_put(leaf, sharding)
-                                    for leaf, is_fresh, sharding in zip(leaves, fresh, shardings,
-                                                                        strict=True)])
-        return state_from(params)
+        drawn = iter(())
+        if any(fresh):
+            fresh_shardings = [s for s, f in zip(param_shardings, fresh, strict=True) if f]
+            drawn = iter(wrap(jax.jit(draw, out_shardings=fresh_shardings))())
+        params = [next(drawn) if is_fresh else jax.device_put(leaf, sharding)
+                  for leaf, is_fresh, sharding in zip(leaves, fresh, param_shardings,
+                                                      strict=True)]
+        return state_from(treedef.unflatten(params))
 
-    wrap = partial(_in_context, mesh=mesh, rules=rules)
-    state_from = wrap(jax.jit(lambda params: create_state(params, tx, seed, zero_carry()),
-                              in_shardings=(state_shardings.params,),
-                              out_shardings=state_shardings))
-    # init_from itself runs outside the mesh context, as `initial_params` always has (it may
-    # compute on arrays of one device, e.g. GPT's new token rows).
     return Trainer(mesh, rules, state_shardings, abstract_state, wrap(init_fn), wrap(step_fn),
                    wrap(eval_fn), wrap(reset_fn), init_from)
 

@@ -197,8 +197,8 @@ def copy_of(run, tmp_path):
 @pytest.mark.parametrize("damage", ["truncated", "garbled_metadata", "empty_step"])
 def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, four_steps, tmp_path,
                                                                 damage):
-    tmp_path = copy_of(four_steps, tmp_path)
-    checkpoints = tmp_path / "checkpoints"
+    workdir = copy_of(four_steps, tmp_path)
+    checkpoints = workdir / "checkpoints"
     newest = 4
     if damage == "truncated":
         truncate_largest(checkpoints / "4")
@@ -207,7 +207,7 @@ def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, fou
     else:
         (checkpoints / "6").mkdir()
         newest = 6
-    result = train(tmp_path, bert_sample, "--gin.NUM_STEPS=8", "--gin.train.checkpoint_every=2")
+    result = train(workdir, bert_sample, "--gin.NUM_STEPS=8", "--gin.train.checkpoint_every=2")
     assert result.returncode == 0, result.stderr[-3000:]
     warnings = [x for x in result.stderr.splitlines() if "cannot be read" in x]
     assert len(warnings) == 1 and f"corrupt-{newest}" in warnings[0], result.stderr[-3000:]
@@ -218,14 +218,14 @@ def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, fou
 
 
 def test_restore_for_inference_falls_back_too(four_steps, tmp_path):
-    tmp_path = copy_of(four_steps, tmp_path)
+    workdir = copy_of(four_steps, tmp_path)
     # Every data file: which file holds the parameters (all this read needs) varies by run.
-    for file in data_files(tmp_path / "checkpoints" / "4"):
+    for file in data_files(workdir / "checkpoints" / "4"):
         truncate(file)
     task = bert_pretraining(bert_config("tiny", vocab_size=512, max_position_embeddings=32))
     trainer = build_trainer(task, make_optimizer(), make_mesh(devices=jax.devices()[:1]), 8, 32)
-    _, _, step = restore_params(tmp_path, trainer.abstract_state.params)
-    assert step == 2 and (tmp_path / "checkpoints" / "corrupt-4").is_dir()
+    _, _, step = restore_params(workdir, trainer.abstract_state.params)
+    assert step == 2 and (workdir / "checkpoints" / "corrupt-4").is_dir()
 
 
 def test_no_readable_checkpoint_is_one_line(bert_sample, tmp_path):
