@@ -10,12 +10,18 @@ text's most frequent token); or fills in the [MASK]s of sentences you give.
 held-out documents ("stdlib:held_out") by default, or any corpus setting with --held_out.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import numpy as np
 from absl import flags
 
 from bertjax.cli import runner
-from bertjax.data.source import load_documents
-from bertjax.inference.fill_mask import MASK, MaskFiller
+from bertjax.tokenizers.wordpiece_rules import MASK
+
+if TYPE_CHECKING:
+    from bertjax.inference.fill_mask import MaskFiller
 
 PROGRAM = "bertjax-fill-mask"
 FLAGS = flags.FLAGS
@@ -56,6 +62,10 @@ def show(filler: MaskFiller, text: str, truth: list[str] | None, top_k: int) -> 
 
 
 def main() -> None:
+    # Imported here, not above: they load TensorFlow (seconds), which --help does not need.
+    from bertjax.data.source import load_documents
+    from bertjax.inference.fill_mask import MaskFiller
+
     if not FLAGS.checkpoint:
         raise ValueError("--checkpoint is required: pass the --workdir of a BERT pretraining run")
     runner.announce_backend(PROGRAM)

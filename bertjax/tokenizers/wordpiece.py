@@ -10,7 +10,7 @@ Tokenization follows BERT (Devlin et al. 2018) as implemented by Hugging Face's
 4. greedy longest-match-first WordPiece with `##` continuations; a word longer than
    200 characters, or one that cannot be covered by pieces, becomes [UNK].
 
-`basic_tokenize` (python) and `basic_tokenize_tf` (TensorFlow ops, usable in
+`basic_tokenize` (python) and `wordpiece_tf.basic_tokenize_tf` (TensorFlow ops, usable in
 `dataset.map`) implement steps 1-3 identically. tensorflow_text's own `BertTokenizer`
 is not used for them because its lower-casing applies NFKC (e.g. '″' becomes '′′') and
 ICU's context-dependent final sigma, and its whitespace class is ASCII-only, all of which
@@ -28,38 +28,28 @@ import os
 import pathlib
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
-
-import numpy as np
-import seqio
-import tensorflow as tf
-import tensorflow_text as tf_text
+from typing import TYPE_CHECKING
 
 from bertjax.files import write_text
-
-PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
-RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)
-SUFFIX = "##"
-MAX_CHARS_PER_WORD = 200  # google-research/bert's limit; longer words become [UNK]
-_WORD_CACHE_SIZE = 1 << 20  # words memoized by the python encoder before the cache resets
-
-# CJK Unified Ideographs blocks BERT splits character by character.
-_CJK_RANGES = (
-    (0x4E00, 0x9FFF),
-    (0x3400, 0x4DBF),
-    (0x20000, 0x2A6DF),
-    (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F),
-    (0x2B820, 0x2CEAF),
-    (0xF900, 0xFAFF),
-    (0x2F800, 0x2FA1F),
+from bertjax.tokenizers.wordpiece_rules import (
+    CJK_RANGES,
+    CLS,
+    MASK,
+    MAX_CHARS_PER_WORD,
+    PAD,
+    PAD_ID,
+    RESERVED_TOKENS,
+    SEP,
+    SUFFIX,
+    UNK,
 )
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+_WORD_CACHE_SIZE = 1 << 20  # words memoized by the python encoder before the cache resets
 _REMOVED_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs"})
 
-# RE2 twins of the python rules below.
-_RE_REMOVED = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\p{Cf}\p{Co}\x{FFFD}]"
-_RE_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
-_RE_CJK = "[" + "".join(rf"\x{{{lo:X}}}-\x{{{hi:X}}}" for lo, hi in _CJK_RANGES) + "]"
-_RE_PUNCT = r"[!-/:-@\[-`{-~\p{P}]"
 
 
 def load_vocab(path: str | os.PathLike) -> list[str]:
@@ -96,7 +86,7 @@ class _CharTable(dict):
 
 def _is_cjk(char: str) -> bool:
     cp = ord(char)
-    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+    return any(lo <= cp <= hi for lo, hi in CJK_RANGES)
 
 
 def _is_punct(char: str) -> bool:
@@ -190,35 +180,21 @@ def _aligned_words(text: str, lower_case: bool) -> list[tuple[str, list[int]]]:
     return words
 
 
-# ---------------------------------------------------------------- TensorFlow basic tokenizer
-
-
-def basic_tokenize_tf(text: tf.Tensor, lower_case: bool) -> tf.RaggedTensor:
-    """`basic_tokenize` in TF ops: strings of shape [...] -> words of shape [..., (words)]."""
-    text = tf.strings.regex_replace(text, _RE_REMOVED, "")
-    text = tf.strings.regex_replace(text, _RE_WHITESPACE, " ")
-    text = tf.strings.regex_replace(text, _RE_CJK, r" \0 ")
-    if lower_case:
-        text = tf_text.normalize_utf8(text, "NFD")
-        text = tf.strings.regex_replace(text, r"\p{Mn}", "")
-        # ICU lower-cases a word-final sigma to 'ς'; BERT maps characters one by one.
-        text = tf.strings.regex_replace(text, "Σ", "σ")
-        text = tf.strings.lower(text, encoding="utf-8")
-    return tf_text.regex_split(text, r" +|" + _RE_PUNCT, _RE_PUNCT)
-
-
 # ---------------------------------------------------------------- vocabulary
 
 
-class WordPieceVocabulary(seqio.Vocabulary):
-    """A BERT vocab.txt as a seqio vocabulary; cased or uncased (lower-cased, accents stripped).
+class WordPieceVocabulary:
+    """A BERT vocab.txt; cased or uncased (lower-cased, accents stripped).
 
     `encode` (python) and `encode_tf` (TF ops, for `dataset.map`) give identical ids.
     No EOS/BOS: BERT marks sequences with [CLS]/[SEP], added by the task preprocessors.
+    It follows seqio's Vocabulary protocol (`encode`, `decode`, `encode_tf`, `decode_tf`,
+    `vocab_size`, `eos_id`, ...) without deriving from it: this module imports neither seqio
+    nor TensorFlow (the TF path is `wordpiece_tf.py`, imported when first used), so tools that
+    tokenize only in python start without them.
     """
 
     def __init__(self, vocab_path: str | os.PathLike, lower_case: bool) -> None:
-        super().__init__(extra_ids=0)
         self._path = str(vocab_path)
         self._lower_case = bool(lower_case)
         if not pathlib.Path(self._path).is_file():
@@ -228,7 +204,6 @@ class WordPieceVocabulary(seqio.Vocabulary):
         self._max_piece_chars = max(
             len(t) - len(SUFFIX) if t.startswith(SUFFIX) else len(t) for t in self._tokens
         )
-        self._model_buffer: bytes | None = None
         self._word_cache: dict[str, tuple[int, ...]] = {}
 
     def _build_index(self) -> dict[str, int]:
@@ -241,7 +216,7 @@ class WordPieceVocabulary(seqio.Vocabulary):
         for token in RESERVED_TOKENS:
             if token not in index:
                 raise ValueError(f"{self._path}: missing {token}; add it to the vocabulary file")
-        if index[PAD] != seqio.vocabularies.PAD_ID:
+        if index[PAD] != PAD_ID:
             raise ValueError(f"{self._path}: {PAD} must be on line 1 (id 0, seqio pads with 0)")
         return index
 
@@ -259,8 +234,16 @@ class WordPieceVocabulary(seqio.Vocabulary):
         return list(self._tokens)
 
     @property
+    def vocab_size(self) -> int:
+        return len(self._tokens)
+
+    @property
     def _base_vocab_size(self) -> int:
         return len(self._tokens)
+
+    @property
+    def extra_ids(self) -> int:
+        return 0
 
     @property
     def pad_id(self) -> int:
@@ -310,6 +293,10 @@ class WordPieceVocabulary(seqio.Vocabulary):
                 return (self.unk_id,)
         return tuple(ids)
 
+    def encode(self, s: str) -> list[int]:
+        """The WordPiece ids of a string (no [CLS]/[SEP])."""
+        return self._encode(s)
+
     def _encode(self, s: str) -> list[int]:
         ids: list[int] = []
         for word in basic_tokenize(s, self._lower_case):
@@ -356,43 +343,28 @@ class WordPieceVocabulary(seqio.Vocabulary):
             ids.extend(pieces)
         return ids, offsets
 
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text: ids past the vocabulary read as [UNK], [PAD] dropped, ## joined."""
+        return self._decode([i if int(i) < len(self._tokens) else self.unk_id for i in ids])
+
     def _decode(self, ids: Iterable[int]) -> str:
         tokens = [self._tokens[int(i)] for i in ids if int(i) != self.pad_id]
         return " ".join(tokens).replace(" " + SUFFIX, "")
 
-    # ---- TensorFlow path
-    def _wordpiece_tf(self) -> tf_text.FastWordpieceTokenizer:
-        """A WordPiece op over pre-split words; its model tensor lives in the current graph."""
-        if self._model_buffer is None:  # built once: ~0.1 s for a 30k vocab
-            self._model_buffer = tf_text.build_fast_wordpiece_model(
-                self._tokens, 4 * MAX_CHARS_PER_WORD, SUFFIX, UNK, True, False
-            )  # vocab, max bytes/word, suffix, unknown, no_pretokenization, detokenization
-        model = tf.constant(np.frombuffer(self._model_buffer, np.uint8))
-        return tf_text.FastWordpieceTokenizer(model_buffer=model, token_out_type=tf.int32)
-
-    def _encode_tf(self, s: tf.Tensor) -> tf.Tensor | tf.RaggedTensor:
+    # ---- TensorFlow path (wordpiece_tf.py, imported when first used)
+    def encode_tf(self, s: tf.Tensor) -> tf.Tensor | tf.RaggedTensor:
         """Strings of shape [...] -> int32 ids [..., (ids)]; a scalar gives a dense vector."""
-        s = tf.convert_to_tensor(s, tf.string)
-        if s.shape.rank is None:
-            raise ValueError("WordPieceVocabulary.encode_tf: give strings of known rank")
-        words = basic_tokenize_tf(tf.reshape(s, [-1]), self._lower_case)  # [N, (words)]
-        too_long = tf.strings.length(words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
-        words = tf.ragged.map_flat_values(tf.where, too_long, UNK, words)
-        ids = self._wordpiece_tf().tokenize(words).merge_dims(-2, -1)  # [N, (ids)]
-        if s.shape.rank == 0:
-            return ids[0]
-        for axis in reversed(range(1, s.shape.rank)):  # [N, (ids)] -> [..., (ids)]
-            ids = tf.RaggedTensor.from_uniform_row_length(ids, tf.shape(s, tf.int64)[axis])
-        return ids
+        from bertjax.tokenizers import wordpiece_tf
 
-    def _decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
+        return wordpiece_tf.encode(s, self._tokens, self._lower_case)
+
+    def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
         """Ids [..., L] -> strings [...] ([PAD] dropped, ## pieces joined)."""
-        tokens = tf.gather(tf.constant(self._tokens), ids)
-        tokens = tf.ragged.boolean_mask(tokens, tf.not_equal(ids, self.pad_id))
-        text = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
-        return tf.strings.regex_replace(text, " " + SUFFIX, "")
+        from bertjax.tokenizers import wordpiece_tf
 
-    # ---- seqio plumbing
+        return wordpiece_tf.decode(ids, self._tokens, self.unk_id, self.pad_id)
+
+    # ---- equality and pickling (seqio compares and pickles vocabularies)
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_word_cache": {}}
 

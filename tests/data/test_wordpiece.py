@@ -8,7 +8,7 @@ import unicodedata
 import pytest
 import tensorflow as tf
 
-from bertjax.tokenizers import wordpiece
+from bertjax.tokenizers import wordpiece, wordpiece_tf
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 
@@ -99,7 +99,7 @@ def test_basic_tokenization_agrees_on_every_stable_character(minilm_vocab, lower
     tok = hf_tokenizer(minilm_vocab, lower_case)
     expected = [hf_words(tok, t) for t in texts]
     python = [wordpiece.basic_tokenize(t, lower_case) for t in texts]
-    tf_words = wordpiece.basic_tokenize_tf(tf.constant(texts), lower_case).to_list()
+    tf_words = wordpiece_tf.basic_tokenize_tf(tf.constant(texts), lower_case).to_list()
     assert python == expected
     assert [[w.decode() for w in ws] for ws in tf_words] == expected
 
@@ -117,7 +117,7 @@ def test_basic_tokenization_agrees_on_every_stable_character(minilm_vocab, lower
 )
 def test_basic_tokenize_cases(text, lower_case, words):
     assert wordpiece.basic_tokenize(text, lower_case) == words
-    got = wordpiece.basic_tokenize_tf(tf.constant([text]), lower_case).to_list()[0]
+    got = wordpiece_tf.basic_tokenize_tf(tf.constant([text]), lower_case).to_list()[0]
     assert [w.decode() for w in got] == words
 
 
