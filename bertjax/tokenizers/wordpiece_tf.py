@@ -49,6 +49,9 @@ def _fast_wordpiece_model(tokens: tuple[str, ...]) -> bytes:
     )  # vocab, max bytes/word, suffix, unknown, no_pretokenization, detokenization
 
 
+# Plain TF ops (shapes are static python): autograph has nothing to convert in encode and
+# decode, and converting them in every `dataset.map` costs seconds per pipeline.
+@tf.autograph.experimental.do_not_convert
 def encode(s: tf.Tensor, tokens: Sequence[str], lower_case: bool) -> tf.Tensor | tf.RaggedTensor:
     """Strings of shape [...] -> int32 ids [..., (ids)]; a scalar gives a dense vector. Words
     longer than MAX_CHARS_PER_WORD characters, or not covered by pieces, become [UNK]."""
@@ -69,6 +72,7 @@ def encode(s: tf.Tensor, tokens: Sequence[str], lower_case: bool) -> tf.Tensor |
     return ids
 
 
+@tf.autograph.experimental.do_not_convert
 def decode(ids: tf.Tensor, tokens: Sequence[str], unk_id: int, pad_id: int) -> tf.Tensor:
     """Ids [..., L] -> strings [...]: ids past the vocabulary read as [UNK], [PAD] dropped,
     ## pieces joined (seqio's `decode_tf` contract; there is no EOS to cut at)."""

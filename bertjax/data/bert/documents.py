@@ -34,6 +34,7 @@ def tokenize_documents(
     """Token ids of every sentence, computed in a tf.data pipeline, as one flat Corpus."""
     sentences = [s for doc in documents for s in doc]
 
+    @tf.autograph.experimental.do_not_convert  # plain TF ops: nothing to convert
     def encode(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         ids = vocab.encode_tf(batch)  # [batch, (ids)]
         return ids.flat_values, ids.row_lengths()
