@@ -33,11 +33,10 @@ from bertjax.data import corpora
 from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.data.source import load_documents
 from bertjax.models.bert import BertConfig, BertForPreTraining
-from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+from bertjax.tokenizers.wordpiece import MASK, WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
 
-MASK = "[MASK]"
 BASELINE_TOKENS = 2_000_000  # the unigram baseline counts at most this many training tokens
 
 

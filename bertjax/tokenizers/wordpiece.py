@@ -238,10 +238,6 @@ class WordPieceVocabulary:
         return len(self._tokens)
 
     @property
-    def _base_vocab_size(self) -> int:
-        return len(self._tokens)
-
-    @property
     def extra_ids(self) -> int:
         return 0
 
@@ -295,9 +291,6 @@ class WordPieceVocabulary:
 
     def encode(self, s: str) -> list[int]:
         """The WordPiece ids of a string (no [CLS]/[SEP])."""
-        return self._encode(s)
-
-    def _encode(self, s: str) -> list[int]:
         ids: list[int] = []
         for word in basic_tokenize(s, self._lower_case):
             pieces = self._word_cache.get(word)
@@ -345,10 +338,8 @@ class WordPieceVocabulary:
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text: ids past the vocabulary read as [UNK], [PAD] dropped, ## joined."""
-        return self._decode([i if int(i) < len(self._tokens) else self.unk_id for i in ids])
-
-    def _decode(self, ids: Iterable[int]) -> str:
-        tokens = [self._tokens[int(i)] for i in ids if int(i) != self.pad_id]
+        tokens = [self._tokens[i] if i < len(self._tokens) else UNK
+                  for i in map(int, ids) if i != self.pad_id]
         return " ".join(tokens).replace(" " + SUFFIX, "")
 
     # ---- TensorFlow path (wordpiece_tf.py, imported when first used)
