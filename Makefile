@@ -5,7 +5,7 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
-WORKDIR ?= workdir/bert_tiny_cpu
+WORKDIR ?= workdir/bert_tiny_demo
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
@@ -26,7 +26,7 @@ $(VENV)/.installed-test: setup.py $(VENV)/.installed
 	touch $@
 
 demo: $(VENV)/.installed
-	XLA_FLAGS= $(BIN)/bertjax-train --gin_file=configs/experiments/bert_tiny_cpu.gin \
+	XLA_FLAGS= $(BIN)/bertjax-train --gin_file=configs/experiments/bert_tiny_demo.gin \
 		--workdir=$(WORKDIR)
 	XLA_FLAGS= $(BIN)/bertjax-fill-mask --checkpoint=$(WORKDIR)
 
