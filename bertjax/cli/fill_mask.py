@@ -3,7 +3,7 @@ held-out sentences (top-k per blank, next to the true word) and reports masked-L
 held-out text beside the unigram baseline of the same blanks (always guessing the training
 text's most frequent token); or fills in the [MASK]s of sentences you give.
 
-    bertjax-fill-mask --checkpoint=workdir/bert_tiny_cpu                  # held-out stdlib text
+    bertjax-fill-mask --checkpoint=workdir/bert_tiny_demo                 # held-out stdlib text
     bertjax-fill-mask --checkpoint=WORKDIR --sentence="The [MASK] module handles regular ..."
 
 `make demo` ends with it. Held-out text is text the run never trained on: the stdlib corpus's
@@ -76,7 +76,7 @@ def main() -> None:
         return
     rng = np.random.default_rng(0)
     sentences = [s for doc in load_documents(FLAGS.held_out) for s in doc
-                 if 8 <= len(s.split()) <= 25]
+                 if 8 <= len(s.split()) <= 25 and filler.fits(s)]
     print(f"Held-out sentences ({FLAGS.held_out}: never trained on), the model's top "
           f"{FLAGS.top_k} for each blank:")
     for index in rng.choice(len(sentences), size=min(FLAGS.examples, len(sentences)),

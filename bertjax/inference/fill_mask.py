@@ -1,7 +1,7 @@
 """What a pretrained BERT has learned, in a form a person recognises: fill in masked words, and
 measure masked-LM accuracy on text the model never saw, next to the unigram baseline.
 
-    filler = MaskFiller.from_workdir("workdir/bert_tiny_cpu")
+    filler = MaskFiller.from_workdir("workdir/bert_tiny_demo")
     filler.fill("The [MASK] module provides functions for regular expressions .")
         -> [[("re", 0.31), ("string", 0.08), ("os", 0.05)]]      # top-k per [MASK]
     baseline = filler.unigram_baseline()        # the most frequent token of the training text
@@ -122,6 +122,10 @@ class MaskFiller:
         corpus = trained.record.get("data", {}).get("corpus")
         return cls(trained.config, trained.params, vocab, trained.workdir, corpus)
 
+    def fits(self, text: str) -> bool:
+        """Whether `text`, between [CLS] and [SEP], fits the model's positions."""
+        return len(self.vocab.encode(text)) + 2 <= self.config.max_position_embeddings
+
     def fill(self, text: str, top_k: int = 3) -> list[list[tuple[str, float]]]:
         """For each [MASK] of `text`, the `top_k` most likely tokens with their probabilities."""
         pieces = [vocab_ids for part in text.split(MASK) for vocab_ids in
@@ -130,10 +134,12 @@ class MaskFiller:
         positions = [n for n, i in enumerate(ids) if i == self.vocab.mask_id]
         if not positions:
             raise ValueError(f"no {MASK} in {text!r}: put {MASK} where a word should be filled")
-        L = max(8, 1 << (len(ids) - 1).bit_length())
-        if L > self.config.max_position_embeddings:
-            raise ValueError(f"{len(ids)} tokens exceed the model's "
-                             f"{self.config.max_position_embeddings} positions: shorten the text")
+        positions_available = self.config.max_position_embeddings
+        if len(ids) > positions_available:
+            raise ValueError(f"{len(ids)} tokens exceed the model's {positions_available} "
+                             "positions: shorten the text")
+        # A power of two (at least 8) so that sentences of similar length share one program.
+        L = min(max(8, 1 << (len(ids) - 1).bit_length()), positions_available)
         row = np.zeros((1, L), np.int32)
         row[0, :len(ids)] = ids
         mask = (row > 0).astype(np.int32)

@@ -27,9 +27,9 @@ def run(*args):
 def demo_run(tmp_path_factory):
     """The demo's own config on the stdlib corpus, shortened to a few steps."""
     workdir = tmp_path_factory.mktemp("demo")
-    result = run_tool("bertjax.cli.train", "--gin_file=configs/experiments/bert_tiny_cpu.gin",
+    result = run_tool("bertjax.cli.train", "--gin_file=configs/experiments/bert_tiny_demo.gin",
                       f"--workdir={workdir}", "--noprogress", "--gin.NUM_STEPS=3",
-                      "--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=1024", cwd=REPO)
+                      "--gin.BATCH_SIZE=8", cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
@@ -62,6 +62,16 @@ def test_fill_returns_a_distribution_per_blank(demo_run):
     for g in guesses:
         probabilities = [p for _, p in g]
         assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1
+
+
+def test_text_past_the_models_positions_is_refused_and_never_shown(demo_run):
+    filler = MaskFiller.from_workdir(demo_run)
+    positions = filler.config.max_position_embeddings  # 32 in the demo's config
+    longest = " ".join(["module"] * (positions - 2))  # one piece per word, with [CLS] and [SEP]
+    assert filler.fits(longest) and not filler.fits(longest + " module")
+    assert len(filler.fill(longest.replace("module", "[MASK]", 1))) == 1
+    with pytest.raises(ValueError, match=f"33 tokens exceed the model's {positions} positions"):
+        filler.fill("[MASK] " + longest)
 
 
 def test_sentence_without_a_blank_is_one_line(demo_run):
