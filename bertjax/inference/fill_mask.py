@@ -122,15 +122,19 @@ class MaskFiller:
         corpus = trained.record.get("data", {}).get("corpus")
         return cls(trained.config, trained.params, vocab, trained.workdir, corpus)
 
+    def _ids(self, text: str) -> list[int]:
+        """[CLS] `text` [SEP] as ids, each [MASK] of `text` one [MASK] id."""
+        pieces = [vocab_ids for part in text.split(MASK) for vocab_ids in
+                  (self.vocab.encode(part), [self.vocab.mask_id])][:-1]
+        return [self.vocab.cls_id, *(i for p in pieces for i in p), self.vocab.sep_id]
+
     def fits(self, text: str) -> bool:
         """Whether `text`, between [CLS] and [SEP], fits the model's positions."""
-        return len(self.vocab.encode(text)) + 2 <= self.config.max_position_embeddings
+        return len(self._ids(text)) <= self.config.max_position_embeddings
 
     def fill(self, text: str, top_k: int = 3) -> list[list[tuple[str, float]]]:
         """For each [MASK] of `text`, the `top_k` most likely tokens with their probabilities."""
-        pieces = [vocab_ids for part in text.split(MASK) for vocab_ids in
-                  (self.vocab.encode(part), [self.vocab.mask_id])][:-1]
-        ids = [self.vocab.cls_id, *(i for p in pieces for i in p), self.vocab.sep_id]
+        ids = self._ids(text)
         positions = [n for n, i in enumerate(ids) if i == self.vocab.mask_id]
         if not positions:
             raise ValueError(f"no {MASK} in {text!r}: put {MASK} where a word should be filled")

@@ -69,6 +69,7 @@ def test_text_past_the_models_positions_is_refused_and_never_shown(demo_run):
     positions = filler.config.max_position_embeddings  # 32 in the demo's config
     longest = " ".join(["module"] * (positions - 2))  # one piece per word, with [CLS] and [SEP]
     assert filler.fits(longest) and not filler.fits(longest + " module")
+    assert filler.fits(longest.replace("module", "[MASK]", 1))  # [MASK] is one position
     assert len(filler.fill(longest.replace("module", "[MASK]", 1))) == 1
     with pytest.raises(ValueError, match=f"33 tokens exceed the model's {positions} positions"):
         filler.fill("[MASK] " + longest)
