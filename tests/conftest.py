@@ -6,9 +6,10 @@ import pathlib
 import shutil
 import tempfile
 
-from tests.process_env import xla_flags  # plain os: jax is not imported yet
+from tests.process_env import with_quick_compile, xla_flags  # plain os: jax is not imported yet
 
-os.environ.setdefault("XLA_FLAGS", xla_flags(8))
+# 8 fake devices unless XLA_FLAGS is set (make test sets them); quick compiles either way.
+os.environ["XLA_FLAGS"] = with_quick_compile(os.environ.get("XLA_FLAGS", xla_flags(8)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -17,6 +17,13 @@ def xla_flags(devices: int = 1) -> str:
     return fake + QUICK_COMPILE
 
 
+def with_quick_compile(flags: str) -> str:
+    """`flags` plus the quick compile, unless they already choose an optimization level."""
+    if "xla_backend_optimization_level" in flags:
+        return flags
+    return f"{flags} {QUICK_COMPILE}".strip()
+
+
 def process_env(devices: int = 1) -> dict[str, str]:
     """The environment of a tool started in its own process: this one's, `devices` CPU
     devices (one unless asked: the quickest compile)."""
