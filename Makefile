@@ -30,7 +30,9 @@ demo: $(VENV)/.installed
 		--workdir=$(WORKDIR)
 	XLA_FLAGS= $(BIN)/bertjax-fill-mask --checkpoint=$(WORKDIR)
 
-PYTEST := $(BIN)/python -m pytest -q -ra --strict-markers --durations=15 -n 2 --dist loadfile
+# -p tests.schedule: files start longest first (tests/durations.json), so neither worker idles at the end.
+PYTEST := $(BIN)/python -m pytest -q -ra --strict-markers --durations=15 -n 2 --dist loadfile \
+	--no-loadscope-reorder -p tests.schedule
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check bertjax tests benchmarks scripts
