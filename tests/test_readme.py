@@ -113,6 +113,6 @@ def test_readme_is_a_users_guide():
     lines = read(README).splitlines()
     assert 200 <= len(lines) < 260, f"README.md has {len(lines)} lines: keep it to 200-259"
     dated = [line for line in lines if re.search(r"\b20\d\d-\d\d-\d\d\b", line)]
-    assert dated == ["## Results (NVIDIA H100 80GB, 2026-11-26)"], dated
+    assert len(dated) == 1 and dated[0].startswith("## Results (NVIDIA H100"), dated
     hashes = [line for line in lines if re.search(r"\bcommit [0-9a-f]{7,40}\b", line)]
     assert not hashes, hashes
