@@ -7,10 +7,12 @@ entry point as the console script, stdout and stderr captured, the exit status f
 SystemExit. Tests about the process itself (signals, kill -9, TensorFlow's C++ start-up
 output, --help per tool) keep using real processes.
 
-The test process has 8 fake CPU devices; the training tools run here on a mesh of the first 2
-(`make_mesh.num_devices`): the batch is still split over devices, and each program compiles
-for 2 partitions instead of 8, about half the time. A test that needs another mesh passes its
-own --gin.make_mesh.* bindings. (Tools started as processes get 1 device: process_env.)
+The test process has 8 fake CPU devices; the training tools run here on a mesh of the first
+one (`make_mesh.num_devices`), like the tools that tests start as processes (process_env): a
+run here compiles the same programs as a run there, so each finds the other's in the suite's
+compilation cache, and a single-device program compiles quicker than a partitioned one. Sharding
+itself is checked where meshes are built (tests/training/test_step.py and others); a test that
+needs another mesh passes its own --gin.make_mesh.* bindings.
 """
 
 import contextlib
@@ -27,7 +29,7 @@ from absl import flags
 from absl import logging as absl_logging
 
 MESH_TOOLS = ("bertjax.cli.train", "bertjax.cli.finetune", "bertjax.cli.glue")
-MESH_DEVICES = 2
+MESH_DEVICES = 1
 
 
 @contextlib.contextmanager
