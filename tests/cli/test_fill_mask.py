@@ -76,8 +76,8 @@ def test_text_past_the_models_positions_is_refused_and_never_shown(demo_run):
 
 
 def test_sentence_without_a_blank_is_one_line(demo_run):
-    result = run("-m", "bertjax.cli.fill_mask", f"--checkpoint={demo_run}",
-                 "--sentence=no blank here")
+    result = run_tool("bertjax.cli.fill_mask", f"--checkpoint={demo_run}",
+                      "--sentence=no blank here")
     assert result.returncode == 2
     errors = [x for x in result.stderr.splitlines() if "error:" in x]
     assert len(errors) == 1 and "[MASK]" in errors[0], result.stderr[-2000:]

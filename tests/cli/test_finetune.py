@@ -1,7 +1,8 @@
 """bertjax-finetune end to end: BERT from the real MiniLM checkpoint (its first two layers in
 the fast tier, all six in the end-to-end tier, which checks accuracy), GPT and ELMo from
-bertjax workdirs, on AG News (../shared/data/agnews); resume; one clear line (exit 2, the best
-checkpoint untouched) for each kind of bad input."""
+bertjax workdirs (whether they learn: the end-to-end tier), on AG News
+(../shared/data/agnews); resume; one clear line (exit 2, the best checkpoint untouched) for
+each kind of bad input."""
 
 import csv
 import hashlib
@@ -189,15 +190,16 @@ def two_topics(agnews_dir, tmp_path_factory):
             write_tsv(root / "dev.tsv", agnews_rows(agnews_dir, "test.tsv", 200, labels)), corpus)
 
 
-def pretrain(workdir, experiment, corpus, source, *extra):
+def pretrain(workdir, experiment, corpus, source, *extra, steps=20):
     result = run_tool("bertjax.cli.train", f"--gin_file=configs/experiments/{experiment}.gin",
-                      f"--workdir={workdir}", "--noprogress", "--gin.NUM_STEPS=20",
+                      f"--workdir={workdir}", "--noprogress", f"--gin.NUM_STEPS={steps}",
                       "--gin.BATCH_SIZE=16", f"--gin.{source}.corpus='{corpus}'",
                       f"--gin.{source}.corpus_format='plain'", *extra, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     return workdir
 
 
+@pytest.mark.e2e  # the fast tier's GPT wiring and L3 logging: test_finetune_paths.py
 def test_gpt_fine_tunes_with_the_auxiliary_lm_loss(two_topics, tmp_path):
     train, dev, corpus = two_topics
     gpt = pretrain(tmp_path / "gpt", "gpt_tiny_cpu", corpus, "lm_pretraining_source",
@@ -213,6 +215,7 @@ def test_gpt_fine_tunes_with_the_auxiliary_lm_loss(two_topics, tmp_path):
     assert any(loss is not None for loss in lm_losses)  # L3 = L2 + lambda L1
 
 
+@pytest.mark.e2e  # the fast tier runs the same path for a few steps (the test below)
 def test_elmo_task_model_learns_and_reports_its_mix(two_topics, tmp_path):
     train, dev, corpus = two_topics
     elmo = pretrain(tmp_path / "elmo", "elmo_tiny_cpu", corpus, "elmo_source",
@@ -224,5 +227,21 @@ def test_elmo_task_model_learns_and_reports_its_mix(two_topics, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads((tmp_path / "ft" / "eval_results.json").read_text())
     assert results["best"]["accuracy"] > 0.7, results
+    weights = results["mix_weights"]["input_mix"]["weights"]
+    assert len(weights) == 3 and abs(sum(weights) - 1) < 1e-5
+
+
+def test_elmo_task_model_runs_and_reports_its_mix(two_topics, tmp_path):
+    """The ELMo task model from a 2-step bertjax workdir, a few fine-tuning steps: the wiring
+    and the mix report (whether it learns is the end-to-end test above)."""
+    train, dev, corpus = two_topics
+    elmo = pretrain(tmp_path / "elmo", "elmo_tiny_cpu", corpus, "elmo_source",
+                    "--gin.SEQ_LENGTH=32", "--gin.elmo_config.token_encoder='word'",
+                    "--gin.elmo_source.tokenizer='whitespace'", steps=2)
+    result = finetune(tmp_path / "ft", "elmo_classification", train, dev,
+                      "--gin.finetune.epochs=0.2", "--gin.finetune.eval_every=2", init=elmo)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "ft" / "eval_results.json").read_text())
+    assert 0.0 <= results["best"]["accuracy"] <= 1.0, results
     weights = results["mix_weights"]["input_mix"]["weights"]
     assert len(weights) == 3 and abs(sum(weights) - 1) < 1e-5

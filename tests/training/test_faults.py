@@ -46,7 +46,8 @@ def train_alone(workdir, corpus, *bindings):
 
 
 def train(workdir, corpus, *bindings):
-    """A run in the test process (8 devices): for faults that need no process of their own."""
+    """A run in the test process, on one device like a tool's own process (tests/in_process.py):
+    the same programs, so its parameters equal bit for bit those of a run in a process."""
     return run_tool("bertjax.cli.train", *arguments(workdir, corpus, *bindings), cwd=REPO)
 
 
@@ -101,11 +102,9 @@ def test_kill_9_twice_changes_nothing(bert_sample, tmp_path):
     so a save may be under way), rerun: the same run as one never interrupted, bit for bit.
     The end-to-end tier kills 10 times, at random moments."""
     steps = 12
-    straight = subprocess.Popen(command(tmp_path / "straight", bert_sample,
-                                        f"--gin.NUM_STEPS={steps}",
-                                        f"--gin.train.checkpoint_every={steps}"),
-                                cwd=REPO, env=process_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # beside the killed runs
+    straight = train(tmp_path / "straight", bert_sample, f"--gin.NUM_STEPS={steps}",
+                     f"--gin.train.checkpoint_every={steps}")
+    assert straight.returncode == 0, straight.stderr[-3000:]
     workdir, kills = tmp_path / "killed", 0
     for wait_steps in (3, 1):
         process = start(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
@@ -115,11 +114,9 @@ def test_kill_9_twice_changes_nothing(bert_sample, tmp_path):
         process.wait()
         kills += process.returncode == -signal.SIGKILL
     assert kills == 2 and len(logged_steps(workdir)) < steps
-    finish = train_alone(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
-                         "--gin.train.checkpoint_every=2")
+    finish = train(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
+                   "--gin.train.checkpoint_every=2")
     assert finish.returncode == 0, finish.stderr[-3000:]
-    _, err = straight.communicate(timeout=900)
-    assert straight.returncode == 0, err[-3000:]
     assert_same_run(tmp_path / "straight", workdir, steps)
 
 
@@ -165,7 +162,7 @@ def test_sigterm_saves_at_the_step_and_resume_continues(bert_sample, tmp_path):
     stopped = int(line[0].split("stopped at step ")[1].split()[0])
     assert (tmp_path / "checkpoints" / str(stopped)).is_dir()
     assert logged_steps(tmp_path)[-1] == stopped  # flushed up to the stop
-    again = train_alone(tmp_path, bert_sample, f"--gin.NUM_STEPS={stopped + 2}")
+    again = train(tmp_path, bert_sample, f"--gin.NUM_STEPS={stopped + 2}")
     assert again.returncode == 0 and f"steps {stopped} -> {stopped + 2}" in again.stdout
 
 
@@ -267,6 +264,7 @@ def test_full_disk_is_one_line_and_the_previous_checkpoint_stays(bert_sample, sm
     assert not list((workdir / "checkpoints").glob("*tmp*"))
 
 
+@pytest.mark.e2e  # the fast tier's kill -9 test checks each step is logged once, too
 def test_metrics_hold_each_step_once_after_a_crash(bert_sample, tmp_path):
     process = start(tmp_path, bert_sample, "--gin.NUM_STEPS=100000",
                     "--gin.train.checkpoint_every=3")
