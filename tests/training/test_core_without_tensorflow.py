@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent('''
         "gpt": gpt_pretraining(gpt_config("gpt2_tiny", vocab_size=512)),
         "elmo": elmo_pretraining(elmo_config("tiny", vocab_size=512)),
     }
-    mesh = make_mesh(data=2, fsdp=2)
+    mesh = make_mesh(fsdp=2)
     for name, objective in objectives.items():
         tx = make_optimizer("adamw", learning_rate=1e-3, warmup_steps=1, total_steps=10)
         trainer = build_trainer(objective, tx, mesh, batch_size=4, seq_length=16)
@@ -68,7 +68,7 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_core_trains_and_checkpoints_without_tensorflow_or_seqio(tmp_path):
-    env = process_env(devices=4)
+    env = process_env(devices=2)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's cache: not part of this check
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True,
                           text=True, env=env, timeout=600)
