@@ -46,6 +46,7 @@ def train(workdir, source, num_steps, lr=2e-3, phases=((1.0, SEQ),), devices=2):
     return run(exp, workdir, make_mesh(devices=jax.devices()[:devices]), show_progress=False)
 
 
+@pytest.mark.e2e  # whether it learns; the fast tier's runs check the loop's mechanics
 def test_tiny_bert_loss_falls_on_wikitext(wikitext_source, tmp_path):
     result = train(tmp_path, wikitext_source, num_steps=50, devices=1)
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
@@ -67,6 +68,7 @@ def _params(workdir, source, step):
     return jax.device_get(state), data
 
 
+@pytest.mark.e2e  # the fast tier's kill -9 test resumes bit for bit through the CLI
 def test_resume_gives_exactly_the_uninterrupted_run(wikitext_source, tmp_path):
     train(tmp_path / "straight", wikitext_source, num_steps=12)
     train(tmp_path / "resumed", wikitext_source, num_steps=6)

@@ -4,6 +4,7 @@ A tiny BERT trained a few hundred steps in bfloat16 follows the float32 run's lo
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from bertjax.models.bert import bert_config
 from bertjax.objectives.pretraining import bert_pretraining
@@ -51,6 +52,17 @@ def mlm_losses(dtype: str, batches: list[dict]) -> tuple[np.ndarray, dict]:
     return np.array(losses), state
 
 
+def test_bfloat16_steps_keep_float32_state_and_the_float32_loss():
+    """The fast tier's check: a few bfloat16 steps, state in float32, losses near float32's."""
+    batches = bigram_batches(3)
+    f32, _ = mlm_losses("float32", batches)
+    bf16, bf16_state = mlm_losses("bfloat16", batches)
+    for leaf in jax.tree.leaves((bf16_state.params, bf16_state.opt_state)):
+        assert leaf.dtype in (jnp.float32, jnp.int32), leaf.dtype
+    assert np.all(np.abs(bf16 - f32) < 0.02 * f32), np.c_[f32, bf16]
+
+
+@pytest.mark.e2e  # a few hundred steps of each; the fast tier takes three (above)
 def test_bfloat16_training_tracks_float32():
     batches = bigram_batches(STEPS)
     f32, f32_state = mlm_losses("float32", batches)
