@@ -307,5 +307,14 @@ class Source:
             split=f"train[{start_index}:]", shuffle=False, seed=self.seed, shard_info=shard,
             num_epochs=1, trim_output_features=False, try_in_mem_cache=False,
         )
-        return dataset.batch(batch_size, drop_remainder=True).prefetch(2).as_numpy_iterator()
+        return numpy_batches(dataset.batch(batch_size, drop_remainder=True).prefetch(2))
+
+
+def numpy_batches(dataset: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
+    """`dataset`'s elements as numpy arrays, from a generator: closing it releases tf.data's
+    iterator (and the Python generator feeding it) there and then. A training run closes its
+    batches when it ends, failed or not, so the pipeline is finalized while the interpreter
+    runs: left to the interpreter's shutdown after a failed run, TensorFlow logs an error
+    about finalizing it under the run's one-line error message."""
+    yield from dataset.as_numpy_iterator()
 

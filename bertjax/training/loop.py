@@ -280,6 +280,7 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
     evaluation = _Evaluation(evaluator, workdir, writer) if evaluator else None
     state, start_step, summary, stopped = None, 0, {}, None
     position = {"phase": 0, "example_index": 0}
+    batches: Iterator[Batch] | None = None
     try:
         guards = _Guards(exp, signals, checkpointer)
         for phase, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
@@ -298,6 +299,7 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
             if position["phase"] != phase:  # a new phase starts its stream (and carry) anew
                 position = {"phase": phase, "example_index": 0}
                 state = trainer.reset_carry(state)
+            _release(batches)  # the previous phase's pipeline
             batches = exp.source.batches(position["example_index"], length, local_batch)
             state, position, summary, stopped = _train_phase(
                 exp, trainer, state, batches, position, end_step, length, checkpointer,
@@ -308,6 +310,7 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
         if state is not None and int(state.step) > start_step and not stopped:
             checkpointer.save(int(state.step), state, position, force=True)
     finally:
+        _release(batches)
         checkpointer.close()
         writer.close()
     step = int(state.step) if state is not None else 0
@@ -315,6 +318,14 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
         summary = {**summary, **{f"dev_{k}": v for k, v in
                                  evaluation.keeper.results.get("final", {}).items()}}
     return RunResult(summary, start_step, step, str(checkpointer.directory), state, stopped)
+
+
+def _release(batches: Iterator[Batch] | None) -> None:
+    """Close a phase's batches (a generator, like the sources' `numpy_batches`): its data
+    pipeline is released now, even while a failed run's traceback still holds the iterator."""
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()
 
 
 class _Guards:

@@ -83,10 +83,36 @@ def test_resume_gives_exactly_the_uninterrupted_run(wikitext_source, tmp_path):
 
 def test_sequence_length_phases(wikitext_source, tmp_path):
     assert phase_plan(10, ((0.9, 128), (0.1, 512))) == [(9, 128), (10, 512)]
-    result = train(tmp_path, wikitext_source, num_steps=4, phases=((0.5, 32), (0.5, SEQ)))
+    result = train(tmp_path, wikitext_source, num_steps=4, phases=((0.5, 32), (0.5, SEQ)),
+                   devices=1)
     assert result.step == 4 and result.metrics["seq_length"] == SEQ
     _, data = _params(tmp_path, wikitext_source, 4)
     assert data == {"phase": 1, "example_index": 2 * 16}
+
+
+def test_a_failed_run_releases_its_data_pipeline_at_once(wikitext_source, tmp_path,
+                                                        monkeypatch):
+    """A run failing at its first batch has closed its batches when the error leaves `run`,
+    though the error's traceback still holds the loop's frames: the generator feeding tf.data
+    is finalized then, and not at interpreter exit, where TensorFlow logs an error under a
+    tool's one-line message."""
+    finalized = []
+    blocks = wikitext_source.example_blocks
+
+    def watched(*args):
+        try:
+            yield from blocks(*args)
+        finally:
+            finalized.append(True)
+
+    def unusable(*args):
+        raise ValueError("a batch the run cannot use")
+
+    monkeypatch.setattr(wikitext_source, "example_blocks", watched)
+    monkeypatch.setattr(wikitext_source, "padded_length", unusable)
+    with pytest.raises(ValueError, match="cannot use") as failure:
+        train(tmp_path, wikitext_source, num_steps=2, devices=1)
+    assert failure.traceback and finalized == [True]
 
 
 @pytest.fixture(scope="module")
