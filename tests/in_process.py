@@ -16,7 +16,6 @@ needs another mesh passes its own --gin.make_mesh.* bindings.
 """
 
 import contextlib
-import gc
 import importlib
 import io
 import logging
@@ -52,7 +51,6 @@ def run_tool(module: str, *args: object, cwd: os.PathLike | str | None = None
     if module in MESH_TOOLS and not any(a.startswith("--gin.make_mesh.") for a in argv):
         argv.append(f"--gin.make_mesh.num_devices={MESH_DEVICES}")
     out, err = io.StringIO(), io.StringIO()
-    gc.collect()  # what earlier tests left to finalize prints now, not into this run's stderr
     flags.FLAGS.unparse_flags()
     gin.clear_config()
     # A tool's process logs through absl's handler on the root logger (app.run installs it,

@@ -3,8 +3,6 @@ model a run just trained, next to the true words, and measures masked-LM accurac
 
 import pathlib
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,15 +10,8 @@ import pytest
 from bertjax.data import corpora
 from bertjax.inference.fill_mask import MaskFiller
 from tests.in_process import run_tool
-from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-
-
-def run(*args):
-    env = process_env()
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +35,7 @@ def test_held_out_documents_are_never_trained_on():
 
 
 def test_demo_ends_with_blanks_filled_next_to_the_true_words(demo_run):
-    result = run("-m", "bertjax.cli.fill_mask", f"--checkpoint={demo_run}", "--examples=3")
+    result = run_tool("bertjax.cli.fill_mask", f"--checkpoint={demo_run}", "--examples=3")
     assert result.returncode == 0, result.stderr[-3000:]
     blanks = re.findall(r"blank \d: true: (\S+) +model: (.+)", result.stdout)
     assert len(blanks) >= 3, result.stdout
