@@ -81,20 +81,37 @@ def build_cache(settings: dict, cache_dir) -> str:
     return name
 
 
+@pytest.mark.e2e  # the fast tier builds the same cache of the held-out part (below)
 @pytest.mark.slow
 def test_a_direct_runner_cache_reads_back_the_on_the_fly_static_examples(tmp_path, vocab):
+    epoch = check_cache_reads_back("stdlib", vocab, tmp_path)
+    assert 3000 < epoch < 6000  # a few thousand examples
+
+
+def test_a_direct_runner_cache_of_a_small_corpus_reads_back_the_on_the_fly_examples(
+        tmp_path, vocab):
+    """The Beam pipeline and the reads of the test above, on the stdlib corpus's held-out
+    part (a 25th of it): the same checks in 20 s instead of 33 s."""
+    epoch = check_cache_reads_back("stdlib:held_out", vocab, tmp_path)
+    assert 100 < epoch < 300  # a couple of hundred examples
+
+
+def check_cache_reads_back(corpus: str, vocab: str, tmp_path) -> int:
+    """Build `corpus`'s static-masking cache with the DirectRunner (2 groups), then check that
+    training reads back the on-the-fly examples, in order, past the epoch's end, from any
+    position and host: returns the epoch's example count."""
     pytest.importorskip("apache_beam", reason="apache_beam is absent: pip install -e '.[beam]'")
-    settings = dict(corpus="stdlib", vocab=vocab, seq_length=LENGTH, dupe_factor=1,
+    static = {**STATIC, "corpus": corpus}
+    settings = dict(corpus=corpus, vocab=vocab, seq_length=LENGTH, dupe_factor=1,
                     static_groups=2, seed=0)
     name = build_cache(settings, tmp_path)
     assert (tmp_path / name / "COMPLETED").is_file()
-    fly = BertPretrainingSource(vocab=vocab, **STATIC)
+    fly = BertPretrainingSource(vocab=vocab, **static)
     fly.prepare(tmp_path / "fly")
-    cached = BertPretrainingSource(vocab=vocab, cache_dir=str(tmp_path), **STATIC)
+    cached = BertPretrainingSource(vocab=vocab, cache_dir=str(tmp_path), **static)
     cached.prepare(tmp_path / "cached")
     epoch = sum(cached.cache_task(LENGTH).get_cached_stats(f"group{g:05d}")["examples"]
                 for g in range(2))
-    assert 3000 < epoch < 6000  # a few thousand examples
     batches = epoch // BATCH + 8  # past the end of the first epoch
     expected = take(fly.batches(0, LENGTH, BATCH), batches)
     got = take(cached.batches(0, LENGTH, BATCH), batches)
@@ -110,4 +127,8 @@ def test_a_direct_runner_cache_reads_back_the_on_the_fly_static_examples(tmp_pat
     for p in range(2):  # host p holds blocks p, p + 2, ... of 16 of the single-host stream
         owned = np.concatenate([np.arange(b * 16, b * 16 + 16) for b in range(p, 256, 2)])
         rows = np.concatenate([blk["input_ids"] for blk in shards[p]])
-        np.testing.assert_array_equal(rows, flat["input_ids"][owned[:len(rows)]])
+        owned = owned[:len(rows)]
+        owned = owned[owned < len(flat["input_ids"])]  # as far as `expected` reaches
+        assert len(owned) >= 100
+        np.testing.assert_array_equal(rows[:len(owned)], flat["input_ids"][owned])
+    return epoch

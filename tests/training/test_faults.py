@@ -97,23 +97,36 @@ def assert_same_run(straight, resumed, steps):
     assert all(m["loss"] == want[m["step"]] for m in lines)
 
 
+def test_kill_9_once_changes_nothing(bert_sample, tmp_path):
+    """Killed three steps into a run that saves every 2 steps (so a save may be under way),
+    rerun: the same run as one never interrupted, bit for bit. The end-to-end tier kills
+    twice, and 10 times at random moments."""
+    check_kills_change_nothing(bert_sample, tmp_path, wait_steps=(3,))
+
+
+@pytest.mark.e2e
 def test_kill_9_twice_changes_nothing(bert_sample, tmp_path):
     """Killed twice, three steps and then one step into a run (a checkpoint every 2 steps,
-    so a save may be under way), rerun: the same run as one never interrupted, bit for bit.
-    The end-to-end tier kills 10 times, at random moments."""
+    so a save may be under way), rerun: the same run as one never interrupted, bit for bit."""
+    check_kills_change_nothing(bert_sample, tmp_path, wait_steps=(3, 1))
+
+
+def check_kills_change_nothing(bert_sample, tmp_path, wait_steps):
+    """A 12-step run killed after each of `wait_steps` more logged steps, then finished: its
+    parameters, data position and logged losses are those of the uninterrupted run."""
     steps = 12
     straight = train(tmp_path / "straight", bert_sample, f"--gin.NUM_STEPS={steps}",
                      f"--gin.train.checkpoint_every={steps}")
     assert straight.returncode == 0, straight.stderr[-3000:]
     workdir, kills = tmp_path / "killed", 0
-    for wait_steps in (3, 1):
+    for wait in wait_steps:
         process = start(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
                         "--gin.train.checkpoint_every=2")
-        assert wait_for_steps(process, workdir, len(logged_steps(workdir)) + wait_steps)
+        assert wait_for_steps(process, workdir, len(logged_steps(workdir)) + wait)
         process.send_signal(signal.SIGKILL)
         process.wait()
         kills += process.returncode == -signal.SIGKILL
-    assert kills == 2 and len(logged_steps(workdir)) < steps
+    assert kills == len(wait_steps) and len(logged_steps(workdir)) < steps
     finish = train(workdir, bert_sample, f"--gin.NUM_STEPS={steps}",
                    "--gin.train.checkpoint_every=2")
     assert finish.returncode == 0, finish.stderr[-3000:]
