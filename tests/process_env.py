@@ -4,24 +4,35 @@ LLVM runs at -O1 instead of XLA's default -O2: XLA:CPU compiles the suite's many
 about 30% faster (MiniLM's fine-tuning step: 13.4 s -> 9.5 s) and runs them as fast. The
 results do not change: XLA gives LLVM no fast-math licence to reorder floating point, and the
 TPU compiler of the ahead-of-time tests ignores the setting (same memory and FLOPs).
+
+XLA:CPU ends the process ("Fatal Python error: Aborted") when the devices of a collective do
+not all reach it within its timeouts (40 s by default). The tests run 8 fake devices on a
+host whose cores a second test worker, and at times a TPU compile in a child process, keep
+busy: a train step on an 8-device mesh in the end-to-end tier was aborted so. The tests give
+collectives 10 minutes.
 """
 
 import os
 
 QUICK_COMPILE = "--xla_backend_optimization_level=1"
+PATIENT_COLLECTIVES = ("--xla_cpu_collective_timeout_seconds=600 "
+                       "--xla_cpu_collective_call_terminate_timeout_seconds=600")
 
 
 def xla_flags(devices: int = 1) -> str:
     """XLA_FLAGS for `devices` CPU devices with quick compiles."""
     fake = f"--xla_force_host_platform_device_count={devices} " if devices > 1 else ""
-    return fake + QUICK_COMPILE
+    return f"{fake}{QUICK_COMPILE} {PATIENT_COLLECTIVES}"
 
 
 def with_quick_compile(flags: str) -> str:
-    """`flags` plus the quick compile, unless they already choose an optimization level."""
-    if "xla_backend_optimization_level" in flags:
-        return flags
-    return f"{flags} {QUICK_COMPILE}".strip()
+    """`flags` plus the quick compile (unless they choose an optimization level) and the
+    patient collectives (unless they set a collective timeout)."""
+    if "xla_backend_optimization_level" not in flags:
+        flags = f"{flags} {QUICK_COMPILE}"
+    if "xla_cpu_collective" not in flags:
+        flags = f"{flags} {PATIENT_COLLECTIVES}"
+    return flags.strip()
 
 
 def process_env(devices: int = 1) -> dict[str, str]:
