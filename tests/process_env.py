@@ -8,8 +8,8 @@ TPU compiler of the ahead-of-time tests ignores the setting (same memory and FLO
 XLA:CPU ends the process ("Fatal Python error: Aborted") when the devices of a collective do
 not all reach it within its timeouts (40 s by default). The tests run 8 fake devices on a
 host whose cores a second test worker, and at times a TPU compile in a child process, keep
-busy: a train step on an 8-device mesh in the end-to-end tier was aborted so. The tests give
-collectives 10 minutes.
+busy: a train step on an 8-device mesh in the end-to-end tier was aborted, most likely so
+(pytest's capture kept XLA's own last line). The tests give collectives 10 minutes.
 """
 
 import os
