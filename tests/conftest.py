@@ -6,10 +6,10 @@ import pathlib
 import shutil
 import tempfile
 
-from tests.process_env import with_quick_compile, xla_flags  # plain os: jax is not imported yet
+from tests.process_env import with_test_flags, xla_flags  # plain os: jax is not imported yet
 
-# 8 fake devices unless XLA_FLAGS is set (make test sets them); quick compiles either way.
-os.environ["XLA_FLAGS"] = with_quick_compile(os.environ.get("XLA_FLAGS", xla_flags(8)))
+# 8 fake devices unless XLA_FLAGS is set (make test sets them); the test flags either way.
+os.environ["XLA_FLAGS"] = with_test_flags(os.environ.get("XLA_FLAGS", xla_flags(8)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

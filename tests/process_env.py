@@ -20,12 +20,12 @@ PATIENT_COLLECTIVES = ("--xla_cpu_collective_timeout_seconds=600 "
 
 
 def xla_flags(devices: int = 1) -> str:
-    """XLA_FLAGS for `devices` CPU devices with quick compiles."""
-    fake = f"--xla_force_host_platform_device_count={devices} " if devices > 1 else ""
-    return f"{fake}{QUICK_COMPILE} {PATIENT_COLLECTIVES}"
+    """XLA_FLAGS for `devices` CPU devices with quick compiles and patient collectives."""
+    return with_test_flags(f"--xla_force_host_platform_device_count={devices}"
+                           if devices > 1 else "")
 
 
-def with_quick_compile(flags: str) -> str:
+def with_test_flags(flags: str) -> str:
     """`flags` plus the quick compile (unless they choose an optimization level) and the
     patient collectives (unless they set a collective timeout)."""
     if "xla_backend_optimization_level" not in flags:
