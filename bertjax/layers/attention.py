@@ -1,18 +1,27 @@
 """Multi-head dot-product attention with logical partitioning (bidirectional or causal).
 
-Masks are symbolic (`AttentionMask`: key padding and a causal flag), so each implementation
-takes them in its own form: the XLA path builds a boolean [B, 1, Q, T] array, a fused kernel
-takes the padding as sequence lengths and causality as a flag. Implementations
+Masks are symbolic (`AttentionMask`: key padding, packed sequences and a causal flag), so each
+implementation takes them in its own form: the XLA path builds a boolean [B, 1, Q, T] array, a
+fused kernel takes the padding as sequence lengths, packed sequences as per-sequence offsets
+and lengths (cuDNN) or segment ids (splash), and causality as a flag. Implementations
 (`TransformerConfig.attention_impl`):
 
-* "xla": einsums with the [B, H, Q, T] probabilities materialised; exact, the only one that
-  drops out attention probabilities, and the CPU default.
+* "xla": einsums with the [B, H, Q, T] probabilities materialised; exact, and the CPU default.
+  Its attention dropout draws from the run's dropout key, so a resumed run replays it exactly.
 * "dot_product": `jax.nn.dot_product_attention`; cuDNN's fused (flash) kernel on NVIDIA GPUs
-  for bfloat16/float16 compute, XLA's composition elsewhere. No attention dropout.
+  for bfloat16/float16 compute, XLA's composition elsewhere. With attention dropout the
+  cuDNN kernel drops out the probabilities itself (`cudnn_attention`); where cuDNN cannot
+  run, the "xla" path does.
 * "splash": Pallas splash attention on TPU v4 and later (layers/splash.py), heads sharded
   over the mesh's model axis. No attention dropout.
-* "auto": "dot_product" on GPUs wherever no attention dropout applies (attention_dropout_rate
-  0, or a deterministic pass: evaluation, inference), "xla" otherwise and on CPU and TPU.
+* "auto": "dot_product" on GPUs where cuDNN runs the call (half-precision compute, a head
+  size it supports) or no attention dropout applies; "xla" otherwise and on CPU and TPU.
+
+cuDNN's attention dropout takes its random bits from cuDNN's own Philox stream: a static
+seed per attention layer (a hash of the layer's module path) and an offset that XLA advances
+at every launch. Its masks are as random as the XLA path's, but not a function of the run's
+dropout key, so a run resumed from a checkpoint does not replay the same attention masks (the
+"xla" path does).
 
 With `decode=True` the module keeps a key/value cache in the "cache" collection for
 autoregressive decoding: the first (initialising) call sizes the cache from its input
@@ -39,6 +48,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bertjax.layers.cudnn_attention import cudnn_attention, cudnn_runs, layer_seed
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.masks import AttentionMask, causal_mask, padding_mask
 from bertjax.layers.splash import splash_attention
@@ -48,15 +58,23 @@ __all__ = ["AttentionMask", "MultiHeadAttention", "causal_mask", "padding_mask"]
 
 ATTENTION_IMPLS = ("auto", "xla", "dot_product", "splash")
 FUSED_IMPLS = ("dot_product", "splash")
+NO_DROPOUT_IMPLS = ("splash",)  # kernels that cannot drop out attention probabilities
 
 
-def resolve_impl(impl: str, dropout_rate: float, deterministic: bool) -> str:
-    """The implementation a call uses: "auto" picks "dot_product" on GPUs when no attention
-    dropout applies, "xla" otherwise."""
-    if impl != "auto":
-        return impl
-    no_dropout = deterministic or dropout_rate == 0.0
-    return "dot_product" if no_dropout and jax.default_backend() == "gpu" else "xla"
+def resolve_impl(impl: str, dropout_rate: float, deterministic: bool,
+                 cudnn: bool = False) -> str:
+    """The implementation a call uses. `cudnn`: cuDNN runs this call (see `cudnn_runs`).
+
+    "auto" picks "dot_product" on GPUs when cuDNN runs the call or no attention dropout
+    applies, "xla" otherwise; "dot_product" falls back to "xla" where it would have to drop
+    out attention probabilities without cuDNN."""
+    dropout = not deterministic and dropout_rate > 0.0
+    if impl == "auto":
+        on_gpu = jax.default_backend() == "gpu"
+        return "dot_product" if on_gpu and (cudnn or not dropout) else "xla"
+    if impl == "dot_product" and dropout and not cudnn:
+        return "xla"
+    return impl
 
 
 def fused_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
@@ -65,13 +83,15 @@ def fused_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
 
     cuDNN's fused kernel on GPUs for half-precision compute and head sizes it supports (a
     multiple of 8, at most 128), XLA's implementation otherwise. Right-padded keys go in as
-    lengths; other padding as a boolean mask (XLA's implementation)."""
+    lengths; packed rows through `cudnn_attention` (as per-sequence offsets) where cuDNN
+    runs; other masks as a boolean mask (XLA's implementation)."""
     Q, T, D = q_BxQxHxD.shape[1], k_BxTxHxD.shape[1], q_BxQxHxD.shape[-1]
-    half = q_BxQxHxD.dtype in (jnp.bfloat16, jnp.float16)
-    cudnn = jax.default_backend() == "gpu" and half and D % 8 == 0 and D <= 128
+    cudnn = cudnn_runs(q_BxQxHxD.dtype, D)
     mask = AttentionMask() if mask is None else mask
+    if mask.packed and cudnn and Q == T:
+        return cudnn_attention(q_BxQxHxD, k_BxTxHxD, v_BxTxHxD, mask)
     padded = mask.key_mask is not None
-    if (padded and not mask.real_tokens_first) or (mask.causal and Q != T):
+    if mask.packed or (padded and not mask.real_tokens_first) or (mask.causal and Q != T):
         return jax.nn.dot_product_attention(q_BxQxHxD, k_BxTxHxD, v_BxTxHxD,
                                             mask=mask.dense(Q, T), implementation="xla")
     return jax.nn.dot_product_attention(
@@ -179,13 +199,20 @@ class MultiHeadAttention(nn.Module):
         q_BxQxHxD = project("query", queries_BxQxE)
         k_BxLxHxD = project("key", x_BxLxE)
         v_BxLxHxD = project("value", x_BxLxE)
-        impl = resolve_impl(self.implementation, self.dropout_rate, deterministic)
+        cudnn = cudnn_runs(self.dtype, D)
+        impl = resolve_impl(self.implementation, self.dropout_rate, deterministic, cudnn)
         if impl == "splash" and q_BxQxHxD.shape[1] != k_BxLxHxD.shape[1]:
             impl = "xla"  # the [CLS]-only layer: one query, below splash's 128-row blocks
+        dropout = not deterministic and self.dropout_rate > 0.0
+        if impl == "dot_product" and dropout and q_BxQxHxD.shape[1] != k_BxLxHxD.shape[1]:
+            impl = "xla"  # the [CLS]-only layer under dropout: one query, not worth a kernel
         if impl == "xla" or self.is_mutable_collection("intermediates"):
             out_BxQxHxD = self._xla(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask, deterministic)
         elif impl == "splash":
             out_BxQxHxD = splash_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
+        elif dropout:  # resolve_impl chose dot_product with dropout: cuDNN runs it
+            out_BxQxHxD = cudnn_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask,
+                                          self.dropout_rate, layer_seed(self.scope.path))
         else:
             out_BxQxHxD = fused_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
         return jnp.einsum("blhd,hde->ble", out_BxQxHxD, w_HxDxE) + b_E

@@ -1,5 +1,6 @@
-"""Attention masks kept symbolic: key padding and causality, each implementation taking them in
-its own form (a boolean array, row lengths, segment ids, a causal flag)."""
+"""Attention masks kept symbolic: key padding, packed sequences and causality, each
+implementation taking them in its own form (a boolean array, row lengths, segment offsets,
+segment ids, a causal flag)."""
 
 import jax
 import jax.numpy as jnp
@@ -20,17 +21,30 @@ def causal_mask(length: int) -> Array:
 
 @struct.dataclass
 class AttentionMask:
-    """Which keys each query may attend to: padding over the keys, causality, or both.
+    """Which keys each query may attend to: padding over the keys, packed sequences,
+    causality, or a combination.
 
     `key_mask`: 1 where the key is a real token (None: no padding). `causal`: query t sees
     keys <= t. `real_tokens_first`: every row is its real tokens followed by padding (as
     every bertjax pipeline writes BERT inputs), so the padding is described by the row
     lengths, which is how fused kernels take it; other masks use the general path.
+
+    `sequence_ids` (packed rows, see bertjax/data/bert/packing.py): [B, T] ints, 1 .. K for the
+    packed sequence a token belongs to and 0 for padding; a query attends only to keys of its
+    own sequence. The sequences of a row are contiguous and in order (1, 2, ...), each starting
+    where the one before ends; `max_sequences` is K, the most a row holds (static: fused
+    kernels take per-sequence offsets and lengths of that width).
     """
 
     key_mask: Array | None = None  # [B, T]
     causal: bool = struct.field(pytree_node=False, default=False)
     real_tokens_first: bool = struct.field(pytree_node=False, default=False)
+    sequence_ids: Array | None = None  # [B, T]
+    max_sequences: int = struct.field(pytree_node=False, default=0)
+
+    @property
+    def packed(self) -> bool:
+        return self.sequence_ids is not None
 
     def dense(self, num_queries: int, num_keys: int) -> Array | None:
         """Boolean [B or 1, 1, Q, T] mask of the first Q queries over T keys (None: none)."""
@@ -40,9 +54,28 @@ class AttentionMask:
         if self.key_mask is not None:
             keys = padding_mask(self.key_mask)
             mask = keys if mask is None else mask & keys
+        if self.sequence_ids is not None:
+            ids_BxT = self.sequence_ids
+            same_Bx1xQxT = (ids_BxT[:, None, :num_queries, None] == ids_BxT[:, None, None, :])
+            same_Bx1xQxT = same_Bx1xQxT & (ids_BxT[:, None, None, :] > 0)
+            mask = same_Bx1xQxT if mask is None else mask & same_Bx1xQxT
         return mask
 
     def key_lengths(self) -> Array:
         """int32 [B]: real tokens per row, at least 1 (a padding row attends to its first key,
         as it does under the dense mask's uniform softmax: finite, and never read)."""
         return jnp.maximum(self.key_mask.astype(jnp.int32).sum(-1), 1)
+
+    def sequence_layout(self) -> tuple[Array, Array]:
+        """(offsets int32 [B, K + 1], lengths int32 [B, K]) of the packed sequences, -1 where a
+        row holds fewer than K: the layout cuDNN's fused attention takes packed rows in."""
+        K = self.max_sequences
+        ids_BxT = self.sequence_ids.astype(jnp.int32)
+        onehot_BxTxK = ids_BxT[..., None] == jnp.arange(1, K + 1, dtype=jnp.int32)
+        lengths_BxK = onehot_BxTxK.sum(1, dtype=jnp.int32)
+        starts_BxK = jnp.cumsum(lengths_BxK, axis=1) - lengths_BxK
+        used_BxK = lengths_BxK > 0
+        offsets_BxK = jnp.where(used_BxK, starts_BxK, -1)
+        unused_Bx1 = jnp.full(offsets_BxK.shape[:1] + (1,), -1, jnp.int32)
+        return (jnp.concatenate([offsets_BxK, unused_Bx1], axis=1),
+                jnp.where(used_BxK, lengths_BxK, -1))

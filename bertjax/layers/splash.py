@@ -4,8 +4,9 @@ A Pallas kernel is not partitioned by XLA, so the call is wrapped in `jax.shard_
 ambient mesh: each device runs the kernel on its rows of the batch (the logical "batch" axis)
 and its heads (the logical "heads" axis, the mesh's model axis). Padding goes in as segment
 ids (a real key is segment 1, padding 0; every query is segment 1, so a query on a padded
-position attends to the real keys, as under the XLA path's mask); causality as the kernel's
-causal mask. Sequence lengths must be multiples of the kernel's 128-row blocks.
+position attends to the real keys, as under the XLA path's mask); packed rows as their
+sequence ids, for queries and keys alike (a padded query then attends to the padding:
+finite, and never read); causality as the kernel's causal mask. Sequence lengths must be multiples of the kernel's 128-row blocks.
 
 TPU v3 cannot run it: Mosaic, the TPU kernel compiler, does not compile the kernel's bfloat16
 matrix products for v3 (error E2001), so a v3 run says so in one line. On the CPU the kernel
@@ -84,6 +85,10 @@ def splash_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
     mask = AttentionMask() if mask is None else mask
     segments_BxT = (jnp.ones((B, T), jnp.int32) if mask.key_mask is None
                     else mask.key_mask.astype(jnp.int32))
+    q_segments_BxQ = jnp.ones((B, Q), jnp.int32)
+    if mask.packed:
+        segments_BxT = mask.sequence_ids.astype(jnp.int32)
+        q_segments_BxQ = segments_BxT[:, :Q]
     q_BxHxQxD = (q_BxQxHxD / jnp.sqrt(D).astype(q_BxQxHxD.dtype)).transpose(0, 2, 1, 3)
     k_BxHxTxD, v_BxHxTxD = (x.transpose(0, 2, 1, 3) for x in (k_BxTxHxD, v_BxTxHxD))
 
@@ -93,22 +98,21 @@ def splash_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
         batch_axes, head_axes = nn.logical_to_mesh_axes(("batch", "heads"))
     local_heads = H // _axis_size(mesh, head_axes) if not mesh.empty else H
 
-    def local(q: Array, k: Array, v: Array, kv_segments: Array) -> Array:
+    def local(q: Array, k: Array, v: Array, q_segments: Array, kv_segments: Array) -> Array:
         from jax.experimental.pallas.ops.tpu.splash_attention import (
             splash_attention_kernel as kernels,
         )
 
         kernel = _kernel(local_heads, Q, T, mask.causal, interpret)
-        ids = kernels.SegmentIds(q=jnp.ones(kv_segments.shape[:1] + (Q,), jnp.int32),
-                                 kv=kv_segments)
+        ids = kernels.SegmentIds(q=q_segments, kv=kv_segments)
         return jax.vmap(kernel)(q, k, v, segment_ids=ids)
 
     if mesh.empty:
-        out_BxHxQxD = local(q_BxHxQxD, k_BxHxTxD, v_BxHxTxD, segments_BxT)
+        out_BxHxQxD = local(q_BxHxQxD, k_BxHxTxD, v_BxHxTxD, q_segments_BxQ, segments_BxT)
     else:
         heads = PartitionSpec(batch_axes, head_axes, None, None)
         rows = PartitionSpec(batch_axes, None)
-        out_BxHxQxD = jax.shard_map(local, in_specs=(heads, heads, heads, rows),
+        out_BxHxQxD = jax.shard_map(local, in_specs=(heads, heads, heads, rows, rows),
                                     out_specs=heads, check_vma=False)(
-            q_BxHxQxD, k_BxHxTxD, v_BxHxTxD, segments_BxT)
+            q_BxHxQxD, k_BxHxTxD, v_BxHxTxD, q_segments_BxQ, segments_BxT)
     return out_BxHxQxD.transpose(0, 2, 1, 3)

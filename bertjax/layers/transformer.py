@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from bertjax.layers.attention import (
     ATTENTION_IMPLS,
-    FUSED_IMPLS,
+    NO_DROPOUT_IMPLS,
     AttentionMask,
     MultiHeadAttention,
 )
@@ -55,8 +55,8 @@ class TransformerConfig:
     scan_layers: bool = False
     dtype: str = "float32"  # compute dtype; "bfloat16" on TPU and GPU
     param_dtype: str = "float32"
-    # "auto" (XLA on CPU and TPU; cuDNN's fused kernel on GPU wherever no attention dropout
-    # applies), "xla" or "dot_product": see layers/attention.py.
+    # "auto" (XLA on CPU and TPU; cuDNN's fused kernel on GPU, attention dropout included),
+    # "xla", "dot_product" or "splash": see layers/attention.py.
     attention_impl: str = "auto"
 
     def __post_init__(self) -> None:
@@ -68,9 +68,9 @@ class TransformerConfig:
         if self.attention_impl not in ATTENTION_IMPLS:
             raise ValueError(f"unknown attention_impl {self.attention_impl!r}: set "
                              f"attention_impl to one of {', '.join(ATTENTION_IMPLS)}")
-        if self.attention_impl in FUSED_IMPLS and self.attention_dropout_rate > 0:
+        if self.attention_impl in NO_DROPOUT_IMPLS and self.attention_dropout_rate > 0:
             raise ValueError(
-                f"attention_impl={self.attention_impl!r} runs a fused kernel that does not drop "
+                f"attention_impl={self.attention_impl!r} runs a kernel that does not drop "
                 f"out attention probabilities, but attention_dropout_rate="
                 f"{self.attention_dropout_rate}: set attention_dropout_rate=0 or "
                 "attention_impl='xla'")

@@ -7,6 +7,10 @@
 
 Hidden states are gathered at the masked positions before the vocabulary projection, so the
 [B, L, V] logits tensor is never built.
+
+Packed rows (bertjax/data/bert/packing.py) hold several sequences each: `sequence_ids` says
+which sequence a token belongs to (attention never crosses sequences), `position_ids` restart
+at every sequence, and the pooler and NSP head read each sequence's [CLS] at `cls_positions`.
 """
 
 import dataclasses
@@ -101,6 +105,9 @@ class BertModel(nn.Module):
     [CLS] alone; the sequence output is then [B, 1, E]. A causal model ignores it.
     `input_mask` is each row's real tokens followed by padding, as every bertjax pipeline
     writes it: fused attention takes the padding as row lengths.
+    Packed rows give `sequence_ids` [B, L] (1 .. K per token, 0 padding), `position_ids`
+    restarting per sequence and `cls_positions` [B, K]; the pooled output is then [B, K, E],
+    one per sequence (a row's unused slots point at any position and are never read).
     """
 
     config: BertConfig
@@ -123,6 +130,8 @@ class BertModel(nn.Module):
         position_ids: Array | None = None,
         deterministic: bool = True,
         summary_only: bool = False,
+        sequence_ids: Array | None = None,
+        cls_positions: Array | None = None,
     ) -> dict[str, Any]:
         B, L = input_ids.shape
         if L > self.config.max_position_embeddings:
@@ -135,11 +144,21 @@ class BertModel(nn.Module):
         if position_ids is None:
             position_ids = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
         x_BxLxE = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-        mask = AttentionMask(input_mask, causal=self.config.causal, real_tokens_first=True)
-        last_queries = 1 if summary_only and not self.config.causal else None
+        packed = sequence_ids is not None
+        if packed and (cls_positions is None or self.config.causal):
+            raise ValueError("packed rows (sequence_ids) need cls_positions and a bidirectional "
+                             "model: give cls_positions, or unpacked rows to a causal BERT")
+        mask = AttentionMask(input_mask, causal=self.config.causal, real_tokens_first=True,
+                             sequence_ids=sequence_ids,
+                             max_sequences=cls_positions.shape[-1] if packed else 0)
+        last_queries = 1 if summary_only and not self.config.causal and not packed else None
         seq_BxLxE, hidden_states = self.encoder(x_BxLxE, mask, deterministic,
                                                 last_queries=last_queries)
-        pooled_BxE = jnp.tanh(self.pooler(self._summary_token(seq_BxLxE, input_mask)))
+        if packed:  # [B, K, E]: every sequence's [CLS]
+            summary = jnp.take_along_axis(seq_BxLxE, cls_positions[..., None], axis=1)
+        else:
+            summary = self._summary_token(seq_BxLxE, input_mask)
+        pooled_BxE = jnp.tanh(self.pooler(summary))
         return {
             "sequence_output": seq_BxLxE,
             "pooled_output": pooled_BxE,
@@ -171,10 +190,16 @@ class BertForPreTraining(nn.Module):
         input_mask: Array,
         masked_lm_positions: Array,
         deterministic: bool = True,
+        packing: dict[str, Array] | None = None,
     ) -> dict[str, Array]:
+        """MLM logits [B, P, V] and NSP logits [B, 2]; for packed rows (`packing`: the
+        batch's position_ids, sequence_ids and cls_positions) NSP logits [B, K, 2]."""
         cfg, tcfg = self.config, self.config.transformer
         bert = BertModel(cfg, name="bert")
-        outputs = bert(input_ids, segment_ids, input_mask, deterministic=deterministic)
+        packing = packing or {}
+        outputs = bert(input_ids, segment_ids, input_mask, packing.get("position_ids"),
+                       deterministic=deterministic, sequence_ids=packing.get("sequence_ids"),
+                       cls_positions=packing.get("cls_positions"))
         seq_BxLxE = outputs["sequence_output"]
 
         h_BxPxE = jnp.take_along_axis(seq_BxLxE, masked_lm_positions[..., None], axis=1)

@@ -1,5 +1,7 @@
 """Masked-LM loss and accuracy over the gathered masked positions, weighted explicitly."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -26,3 +28,13 @@ def mlm_loss(
     correct_BxP = (target_BxP >= logits_BxPxV.max(-1)).astype(jnp.float32)
     accuracy = (correct_BxP * weights_BxP).sum() / denom
     return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": weights_BxP.sum()}
+
+
+def packed_predictions(seq_length: int, packed_sequences: int = 0,
+                       masked_lm_prob: float = 0.15) -> int:
+    """Masked positions per row: the paper's cap (20 at 128, 80 at 512) for one instance per
+    row; for rows of up to K packed instances, room for every instance's own rounding
+    (each predicts round(0.15 n) of its n tokens, at least 1): 0.15 L + K, to a multiple of 4."""
+    if not packed_sequences:
+        return 4 * math.ceil(seq_length * masked_lm_prob / 4)
+    return 4 * math.ceil((seq_length * masked_lm_prob + packed_sequences) / 4)

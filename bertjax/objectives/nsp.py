@@ -7,9 +7,19 @@ import optax
 Array = jax.Array
 
 
-def nsp_loss(logits_Bx2: Array, labels_B: Array) -> tuple[Array, dict[str, Array]]:
-    """Mean cross-entropy over the batch (float32), plus accuracy."""
-    logits_Bx2 = logits_Bx2.astype(jnp.float32)
-    loss = optax.softmax_cross_entropy_with_integer_labels(logits_Bx2, labels_B).mean()
-    accuracy = (logits_Bx2.argmax(-1) == labels_B).astype(jnp.float32).mean()
+def nsp_loss(logits_Nx2: Array, labels_N: Array, weights_N: Array | None = None
+             ) -> tuple[Array, dict[str, Array]]:
+    """Mean cross-entropy over the pairs (float32), plus accuracy.
+
+    Logits [..., 2] and labels [...]: one pair per row, or [B, K] pairs of packed rows with
+    `weights` 1 where a row holds its k-th pair and 0 in unused slots."""
+    logits_Nx2 = logits_Nx2.astype(jnp.float32)
+    xent_N = optax.softmax_cross_entropy_with_integer_labels(logits_Nx2, labels_N)
+    correct_N = (logits_Nx2.argmax(-1) == labels_N).astype(jnp.float32)
+    if weights_N is None:
+        loss, accuracy = xent_N.mean(), correct_N.mean()
+    else:
+        weights_N = weights_N.astype(jnp.float32)
+        denom = jnp.maximum(weights_N.sum(), 1e-6)
+        loss, accuracy = (xent_N * weights_N).sum() / denom, (correct_N * weights_N).sum() / denom
     return loss, {"nsp_loss": loss, "nsp_accuracy": accuracy}

@@ -1,7 +1,12 @@
 """BERT pretraining objectives: MLM + NSP (NSP dropped when the data has it switched off), and
-the left-to-right ablation of Devlin et al. 2018, Table 5 ("LTR & No NSP")."""
+the left-to-right ablation of Devlin et al. 2018, Table 5 ("LTR & No NSP").
 
-import math
+MLM + NSP also trains on packed rows (`packed_sequences=K`, bertjax/data/bert/packing.py):
+several instances per row, each attending only to itself, with positions restarting per
+instance and NSP read at each instance's [CLS]. The masked positions of all instances are one
+list per row, so the loss is the same sum over the same targets as unpacked.
+"""
+
 from collections.abc import Callable
 from typing import Any
 
@@ -11,11 +16,14 @@ import numpy as np
 
 from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.objectives.lm import lm_loss
-from bertjax.objectives.mlm import mlm_loss
+from bertjax.objectives.mlm import mlm_loss, packed_predictions
 from bertjax.objectives.nsp import nsp_loss
 from bertjax.objectives.objective import Objective, init_from_batch
 
 Array = jax.Array
+
+
+PACKING_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 
 
 def bert_pretraining_loss(
@@ -23,9 +31,11 @@ def bert_pretraining_loss(
 ) -> tuple[Array, dict[str, Array]]:
     """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for BertForPreTraining.
 
-    `rng` drives dropout; pass None for a deterministic (evaluation) forward pass.
+    `rng` drives dropout; pass None for a deterministic (evaluation) forward pass. A packed
+    batch carries PACKING_FEATURES and `next_sentence_weights` besides the usual features.
     """
     deterministic = rng is None
+    packed = "sequence_ids" in batch
     outputs = apply_fn(
         {"params": params},
         batch["input_ids"],
@@ -33,21 +43,29 @@ def bert_pretraining_loss(
         batch["input_mask"],
         batch["masked_lm_positions"],
         deterministic=deterministic,
+        packing={k: batch[k] for k in PACKING_FEATURES} if packed else None,
         rngs=None if deterministic else {"dropout": rng},
     )
     loss, metrics = mlm_loss(
         outputs["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"]
     )
     if use_nsp:
-        nsp, nsp_metrics = nsp_loss(outputs["nsp_logits"], batch["next_sentence_label"])
+        nsp, nsp_metrics = nsp_loss(outputs["nsp_logits"], batch["next_sentence_label"],
+                                    batch.get("next_sentence_weights"))
         loss = loss + nsp
         metrics = {**metrics, **nsp_metrics}
     return loss, {**metrics, "loss": loss}
 
 
-def bert_pretraining(config: BertConfig, use_nsp: bool = True) -> Objective:
-    """BERT's MLM (+ NSP) pretraining objective for the training loop."""
+def bert_pretraining(config: BertConfig, use_nsp: bool = True,
+                     packed_sequences: int = 0) -> Objective:
+    """BERT's MLM (+ NSP) pretraining objective for the training loop; `packed_sequences=K`
+    reads packed rows of at most K instances (the source's setting of the same name)."""
+    if packed_sequences < 0 or packed_sequences == 1:
+        raise ValueError(f"bert_pretraining.packed_sequences is {packed_sequences}: set 0 "
+                         "(one instance per row) or the most instances a packed row holds (2+)")
     model = BertForPreTraining(config)
+    K = packed_sequences
 
     init_variables = init_from_batch(
         model, "input_ids", "segment_ids", "input_mask", "masked_lm_positions"
@@ -57,17 +75,24 @@ def bert_pretraining(config: BertConfig, use_nsp: bool = True) -> Objective:
         return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
-        predictions = 4 * math.ceil(seq_length * 0.15 / 4)  # 20 at 128, 80 at 512
+        predictions = packed_predictions(seq_length, K)
         ints = lambda *shape: np.zeros(shape, np.int32)  # noqa: E731
-        return {
+        pairs = (batch_size, K) if K else (batch_size,)
+        batch = {
             "input_ids": ints(batch_size, seq_length),
             "input_mask": ints(batch_size, seq_length),
             "segment_ids": ints(batch_size, seq_length),
             "masked_lm_positions": ints(batch_size, predictions),
             "masked_lm_ids": ints(batch_size, predictions),
             "masked_lm_weights": np.zeros((batch_size, predictions), np.float32),
-            "next_sentence_label": ints(batch_size),
+            "next_sentence_label": ints(*pairs),
         }
+        if K:
+            batch.update(position_ids=ints(batch_size, seq_length),
+                         sequence_ids=ints(batch_size, seq_length),
+                         cls_positions=ints(batch_size, K),
+                         next_sentence_weights=np.zeros((batch_size, K), np.float32))
+        return batch
 
     progress = (("loss", "loss"), ("mlm_accuracy", "mlm_acc"))
     if use_nsp:

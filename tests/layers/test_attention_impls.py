@@ -15,6 +15,7 @@ import pytest
 from bertjax.generation.decode import generate_ids
 from bertjax.generation.sampling import Sampling
 from bertjax.layers.attention import AttentionMask, MultiHeadAttention, resolve_impl
+from bertjax.layers.cudnn_attention import cudnn_runs
 from bertjax.layers.transformer import TransformerConfig
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.models.gpt import GptLM, gpt_config
@@ -45,7 +46,23 @@ MASKS = {
     "causal+padding": AttentionMask(lengths_mask([12, 5, 9], 12), causal=True,
                                     real_tokens_first=True),
     "left padding": AttentionMask(1 - lengths_mask([0, 4, 11], 12), causal=True),
+    "packed": AttentionMask(lengths_mask([12, 9, 5], 12), real_tokens_first=True,
+                            sequence_ids=jnp.array([[1] * 5 + [2] * 4 + [3] * 3,
+                                                    [1] * 9 + [0] * 3,
+                                                    [1, 1, 2, 2, 2] + [0] * 7]),
+                            max_sequences=3),
 }
+
+
+def test_packed_mask_is_block_diagonal_and_laid_out_for_cudnn():
+    mask = MASKS["packed"]
+    dense = np.asarray(mask.dense(12, 12))[:, 0]
+    ids = np.asarray(mask.sequence_ids)
+    want = (ids[:, :, None] == ids[:, None, :]) & (ids[:, None, :] > 0)
+    np.testing.assert_array_equal(dense, want)
+    offsets, lengths = (np.asarray(x) for x in mask.sequence_layout())
+    np.testing.assert_array_equal(offsets, [[0, 5, 9, -1], [0, -1, -1, -1], [0, 2, -1, -1]])
+    np.testing.assert_array_equal(lengths, [[5, 4, 3], [9, -1, -1], [2, 3, -1]])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -55,7 +72,7 @@ def test_dot_product_equals_xla(mask_name, dtype):
     want = apply_attention("xla", dtype, mask)
     got = apply_attention("dot_product", dtype, mask)
     real = np.ones(want.shape[:2], bool)
-    if mask_name == "left padding":  # a query on a padded position sees nothing it may see
+    if mask_name in ("left padding", "packed"):  # a padded query sees nothing it may see
         real = np.asarray(mask.key_mask, bool)
     assert got.dtype == want.dtype == jnp.dtype(dtype)
     assert relative_error(np.asarray(got)[real], np.asarray(want)[real]) < TOLERANCE[dtype]
@@ -107,12 +124,15 @@ def test_gpt_training_forward_and_kv_cache_decode(dtype):
     np.testing.assert_array_equal(tokens["dot_product"], tokens["xla"])
 
 
-def test_fused_attention_with_attention_dropout_is_one_line():
-    with pytest.raises(ValueError, match="attention_impl='dot_product'.*attention_dropout_rate"
+def test_splash_with_attention_dropout_is_one_line():
+    """Splash has no dropout; cuDNN's fused attention has (dot_product takes it)."""
+    with pytest.raises(ValueError, match="attention_impl='splash'.*attention_dropout_rate"
                                          "=0.1: set attention_dropout_rate=0 or "
                                          "attention_impl='xla'"):
         TransformerConfig(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
-                          attention_impl="dot_product")
+                          attention_impl="splash")
+    TransformerConfig(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
+                      attention_impl="dot_product")
     with pytest.raises(ValueError, match="unknown attention_impl 'flash'"):
         TransformerConfig(num_layers=1, hidden_size=8, num_heads=2, mlp_dim=16,
                           attention_impl="flash")
@@ -123,13 +143,74 @@ def test_auto_keeps_attention_dropout_and_is_xla_on_cpu():
     assert resolve_impl("auto", 0.0, deterministic=True) == "xla"
     assert resolve_impl("auto", 0.1, deterministic=False) == "xla"
     assert resolve_impl("dot_product", 0.0, deterministic=False) == "dot_product"
+    # without cuDNN only the XLA path can drop out attention probabilities
+    assert resolve_impl("dot_product", 0.1, deterministic=False) == "xla"
+    assert resolve_impl("dot_product", 0.1, deterministic=True) == "dot_product"
 
 
-def test_auto_picks_the_fused_kernel_on_gpus_only_without_dropout(monkeypatch):
+def test_auto_picks_the_fused_kernel_on_gpus(monkeypatch):
+    """Attention dropout goes to cuDNN where cuDNN runs the call, to XLA where it does not
+    (float32 compute, unsupported head sizes)."""
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     assert resolve_impl("auto", 0.0, deterministic=False) == "dot_product"
     assert resolve_impl("auto", 0.1, deterministic=True) == "dot_product"  # inference
-    assert resolve_impl("auto", 0.1, deterministic=False) == "xla"  # dropout is trained
+    assert resolve_impl("auto", 0.1, deterministic=False, cudnn=True) == "dot_product"
+    assert resolve_impl("auto", 0.1, deterministic=False, cudnn=False) == "xla"
+    assert cudnn_runs(jnp.bfloat16, 64) and cudnn_runs(jnp.float16, 128)
+    assert not cudnn_runs(jnp.float32, 64) and not cudnn_runs(jnp.bfloat16, 160)
+
+
+class FakeBinding:
+    """Stands in for JAX's cuDNN binding on the CPU: records the call, computes the exact
+    attention with the mask the call describes (no dropout)."""
+
+    MaskType = __import__("jax._src.cudnn.fused_attention_stablehlo",
+                          fromlist=["MaskType"]).MaskType
+
+    def __init__(self):
+        self.calls = []
+
+    def dot_product_attention(self, q, k, v, bias, mask, q_seqlen, kv_seqlen, q_offsets,
+                              kv_offsets, **kwargs):
+        import inspect
+
+        from jax._src.cudnn import fused_attention_stablehlo as real
+        inspect.signature(real.dot_product_attention).bind(
+            q, k, v, bias, mask, q_seqlen, kv_seqlen, q_offsets, kv_offsets, **kwargs)
+        self.calls.append(dict(q_seqlen=q_seqlen, kv_seqlen=kv_seqlen, q_offsets=q_offsets,
+                               **kwargs))
+        return jnp.full(q.shape, 7.0, q.dtype)
+
+
+def test_cudnn_calls_carry_dropout_packed_layout_and_a_seed_per_layer(monkeypatch):
+    """What bertjax asks of cuDNN (checked against the binding's signature): the dropout rate,
+    a static seed per attention layer, the packed rows' offsets and lengths, and zeros at the
+    padding of packed rows."""
+    import bertjax.layers.attention as attention
+    from bertjax.layers import cudnn_attention as module
+
+    config = bert_config("tiny", vocab_size=300, dtype="bfloat16", attention_dropout_rate=0.1)
+    mask = MASKS["packed"]
+    ids = jnp.ones((3, 12), jnp.int32)
+    model = BertModel(config)
+    params = model.init(jax.random.key(1), ids, None, mask.key_mask)
+    fake = FakeBinding()
+    monkeypatch.setattr(module, "_binding", lambda: fake)
+    monkeypatch.setattr(attention, "cudnn_runs", lambda dtype, head_dim: True)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    out = model.apply(params, ids, None, mask.key_mask, jnp.zeros((3, 12), jnp.int32),
+                      deterministic=False, sequence_ids=mask.sequence_ids,
+                      cls_positions=jnp.zeros((3, 3), jnp.int32),
+                      rngs={"dropout": jax.random.key(2)})
+    assert len(fake.calls) == 2  # both layers
+    seeds = {call["seed"] for call in fake.calls}
+    assert len(seeds) == 2
+    for call in fake.calls:
+        assert call["dropout_rate"] == 0.1 and call["qkv_layout"] == "BTNH"
+        assert call["mask_type"] == FakeBinding.MaskType.PADDING
+        np.testing.assert_array_equal(call["q_offsets"], mask.sequence_layout()[0])
+        np.testing.assert_array_equal(call["q_seqlen"], mask.sequence_layout()[1])
+    assert out["sequence_output"].shape == (3, 12, 128)
 
 
 def test_attention_maps_come_from_the_xla_path_whatever_the_implementation():

@@ -19,6 +19,10 @@ reading one host's share costs nothing for the examples skipped.
 - no masking (`masking='none'`): the dynamic stream with the inputs left as they are and no
   masked-LM targets (weights 0), for objectives that predict every token
   (`bert_ltr_pretraining`, the left-to-right ablation).
+- packed rows (`packed_sequences=K`, dynamic masking): each epoch's shuffled instances are
+  packed into rows of up to K (packing.py); global example i is then row i of the packed
+  epochs, and each instance in it is masked exactly as the unpacked stream masks it (with the
+  bits of its unpacked index), so packing changes the layout of a step, never an instance.
 
 Multi-host: process p of P yields the global examples i with (i // block_size) % P == p, so
 the shards are disjoint, their union is the single-process stream, and with block_size = the
@@ -37,9 +41,11 @@ import numpy as np
 
 from bertjax.data.bert.masking import MaskedTokens, SpecialIds, mask_block
 from bertjax.data.bert.nsp import Corpus, Instances, check_corpus, pack, plan_instances
+from bertjax.data.bert.packing import instance_lengths, pack_examples, pack_lengths
+from bertjax.objectives.mlm import packed_predictions
 
 # Stream tags: separate random numbers for each use of the seed.
-_EPOCH, _MASK, _STATIC_PASS, _STATIC_ORDER, _STATIC_MASK, _STATIC_ROW_ORDER = range(6)
+_EPOCH, _MASK, _STATIC_PASS, _STATIC_ORDER, _STATIC_MASK, _STATIC_ROW_ORDER, _PACK = range(7)
 _ROW_BITS = 40  # a static mask key is (group << 40) + row
 BLOCK_EXAMPLES = 512  # examples built per call when iterating
 
@@ -59,10 +65,24 @@ class PretrainingConfig:
     dupe_factor: int = 10  # static masking only: passes over the corpus
     masking: Literal["dynamic", "static", "none"] = "dynamic"
     static_groups: int = 1  # static masking only: document groups paired on their own
+    packed_sequences: int = 0  # > 1: rows packed with up to this many instances (packing.py)
+
+    @property
+    def row_predictions(self) -> int:
+        """Masked positions per row: max_predictions_per_seq, or for packed rows room for
+        every instance's own targets (0.15 L + K, to a multiple of 4)."""
+        if not self.packed_sequences:
+            return self.max_predictions_per_seq
+        return max(self.max_predictions_per_seq, packed_predictions(
+            self.max_seq_length, self.packed_sequences, self.masked_lm_prob))
 
     def __post_init__(self) -> None:
         min_length = 5 if self.nsp else 3
         checks = [
+            (self.packed_sequences in (0,) or self.packed_sequences >= 2,
+             "packed_sequences must be 0 (no packing) or >= 2"),
+            (not self.packed_sequences or self.masking == "dynamic",
+             "packed rows need masking='dynamic'"),
             (self.masking in ("dynamic", "static", "none"),
              "masking must be 'dynamic', 'static' or 'none'"),
             (self.max_seq_length >= min_length, f"max_seq_length must be >= {min_length}"),
@@ -79,16 +99,21 @@ class PretrainingConfig:
 
 def feature_spec(config: PretrainingConfig) -> dict[str, tuple[tuple[int, ...], type]]:
     """Shape and dtype of every feature of an example."""
-    length, predictions = (config.max_seq_length,), (config.max_predictions_per_seq,)
-    return {
+    length, predictions = (config.max_seq_length,), (config.row_predictions,)
+    K = config.packed_sequences
+    spec = {
         "input_ids": (length, np.int32),
         "input_mask": (length, np.int32),
         "segment_ids": (length, np.int32),
         "masked_lm_positions": (predictions, np.int32),
         "masked_lm_ids": (predictions, np.int32),
         "masked_lm_weights": (predictions, np.float32),
-        "next_sentence_label": ((), np.int32),
+        "next_sentence_label": ((K,) if K else (), np.int32),
     }
+    if K:  # PACKED_FEATURES
+        spec.update(position_ids=(length, np.int32), sequence_ids=(length, np.int32),
+                    cls_positions=((K,), np.int32), next_sentence_weights=((K,), np.float32))
+    return spec
 
 
 def _rng(seed: int, *counters: int) -> np.random.Generator:
@@ -193,11 +218,15 @@ class DynamicStream:
         """The instances of epoch `epoch`, in the order they are served."""
         return self._epochs.get_value(epoch).result()
 
+    def epoch_size(self, epoch: int) -> int:
+        """Examples served in epoch `epoch`."""
+        return len(self.epoch(epoch).doc)
+
     def epoch_of(self, indices: np.ndarray) -> np.ndarray:
         """Epoch of each global index (planning the epochs before it, to count them)."""
         while self._starts[-1] <= indices.max(initial=0):
             epoch = len(self._starts) - 1
-            self._starts.append(self._starts[-1] + len(self.epoch(epoch).doc))
+            self._starts.append(self._starts[-1] + self.epoch_size(epoch))
         return np.searchsorted(self._starts, indices, side="right") - 1
 
     def examples(self, indices: np.ndarray) -> Example:
@@ -208,6 +237,60 @@ class DynamicStream:
             parts.append((where, make_examples(
                 self.corpus, self.epoch(int(epoch)).take(rows), self.special, self.config,
                 (self.seed, _MASK, indices[where]), self.is_continuation)))
+        self._epochs.get_value(int(epochs[-1]) + 1)  # plan the next epoch meanwhile
+        return assemble(parts, len(indices))
+
+
+class PackedStream(DynamicStream):
+    """Dynamic masking in packed rows: epoch e's instances (the unpacked stream's epoch e)
+    packed into rows of up to K, the rows shuffled with rng (seed, e) (packing.py).
+
+    Global example i is row i of the packed epochs. Each instance is built and masked as the
+    unpacked stream builds it (the bits of its unpacked global index), then placed in its row.
+    """
+
+    def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
+                 seed: int, is_continuation: np.ndarray | None = None) -> None:
+        super().__init__(corpus, special, config, seed, is_continuation)
+        self._instance_starts = [0]  # unpacked global index of each epoch's first instance
+
+    def _plan_epoch(self, epoch: int) -> tuple[Instances, np.ndarray]:
+        """(the unpacked epoch's instances, its packed rows), planned in the background."""
+        instances = super()._plan_epoch(epoch)
+        rows = pack_lengths(instance_lengths(instances), self.config.max_seq_length,
+                            self.config.packed_sequences, _rng(self.seed, _PACK, epoch))
+        return instances, rows
+
+    def epoch(self, epoch: int) -> Instances:
+        return self._epochs.get_value(epoch).result()[0]
+
+    def rows(self, epoch: int) -> np.ndarray:
+        """int64 [R, K]: the instances (rows of `epoch(epoch)`) of each packed row, -1 none."""
+        return self._epochs.get_value(epoch).result()[1]
+
+    def epoch_size(self, epoch: int) -> int:
+        return len(self.rows(epoch))
+
+    def instance_start(self, epoch: int) -> int:
+        """The unpacked global index of epoch `epoch`'s first instance."""
+        while len(self._instance_starts) <= epoch:
+            done = len(self._instance_starts) - 1
+            self._instance_starts.append(self._instance_starts[-1] + len(self.epoch(done).doc))
+        return self._instance_starts[epoch]
+
+    def examples(self, indices: np.ndarray) -> Example:
+        indices = np.asarray(indices, np.int64)
+        parts, epochs = [], self.epoch_of(indices)
+        for epoch, where in _runs(epochs):
+            members = self.rows(int(epoch))[indices[where] - self._starts[epoch]]  # [n, K]
+            used = members[members >= 0]  # instance rows of the epoch, in slot order
+            first = self.instance_start(int(epoch))
+            unpacked = make_examples(self.corpus, self.epoch(int(epoch)).take(used),
+                                     self.special, self.config,
+                                     (self.seed, _MASK, first + used), self.is_continuation)
+            local = np.full(members.shape, -1, np.int64)
+            local[members >= 0] = np.arange(used.size)
+            parts.append((where, pack_examples(unpacked, local, self.config.row_predictions)))
         self._epochs.get_value(int(epochs[-1]) + 1)  # plan the next epoch meanwhile
         return assemble(parts, len(indices))
 
@@ -350,8 +433,8 @@ def owned_indices(start: int, process_index: int, process_count: int, block_size
 
 
 def make_stream(documents: Corpus | Iterable[Sequence[np.ndarray]], special: SpecialIds,
-                config: PretrainingConfig, seed: int,
-                is_continuation: np.ndarray | None = None) -> DynamicStream | StaticStream:
+                config: PretrainingConfig, seed: int, is_continuation: np.ndarray | None = None
+                ) -> DynamicStream | StaticStream | PackedStream:
     """The stream of `config.masking` over tokenized documents (a Corpus or lists of sentences)."""
     if config.whole_word_masking and is_continuation is None:
         raise ValueError(
@@ -362,6 +445,8 @@ def make_stream(documents: Corpus | Iterable[Sequence[np.ndarray]], special: Spe
     corpus = documents if isinstance(documents, Corpus) else Corpus(documents)
     check_corpus(corpus, config.nsp)
     stream_class = StaticStream if config.masking == "static" else DynamicStream
+    if config.packed_sequences:
+        stream_class = PackedStream
     return stream_class(corpus, special, config, seed, continuation)
 
 

@@ -67,6 +67,7 @@ class BertPretrainingSource(Source):
         cache_dir: str = "",
         seed: int = 0,
         text_key: str = "text",
+        packed_sequences: int = 0,
     ):
         super().__init__(corpus, corpus_format, vocab, vocab_size, seed, text_key)
         self.lower_case = lower_case
@@ -84,6 +85,11 @@ class BertPretrainingSource(Source):
         if cache_dir and masking != "static":
             raise DataError(f"{self.setting}.cache_dir holds static examples: set "
                             f"{self.setting}.masking='static' or leave cache_dir empty")
+        if packed_sequences and (masking != "dynamic" or packed_sequences < 2):
+            raise DataError(f"{self.setting}.packed_sequences={packed_sequences} packs rows of "
+                            f"dynamically masked instances: set it to 0, or to 2 or more with "
+                            f"{self.setting}.masking='dynamic'")
+        self.packed_sequences = packed_sequences
         self.corpus: Corpus | None = None
         self._group_sizes: list[int] | None = None
 
@@ -151,7 +157,8 @@ class BertPretrainingSource(Source):
             seq_length, self.options["masked_lm_prob"]
         )
         return PretrainingConfig(
-            max_seq_length=seq_length, max_predictions_per_seq=predictions, **self.options
+            max_seq_length=seq_length, max_predictions_per_seq=predictions,
+            packed_sequences=self.packed_sequences, **self.options
         )
 
     def feature_spec(self, seq_length: int, batch_size: int) -> FeatureSpec:
