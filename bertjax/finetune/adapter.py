@@ -10,6 +10,7 @@ how one family does it, for the task inputs and outputs it supports:
     initial_params  a fresh run's parameters with the pretrained model put in
     frozen          parameter subtrees the optimizer leaves alone (feature-based models)
     buckets         how batches may be cut to length buckets (None: padded to the maximum)
+    packing         how many examples a packed training row may hold (0: one per row)
     report          extras for eval_results.json (ELMo's mix weights)
 
 One adapter per (family, approach), in `bertjax/finetune/families/`, registered with
@@ -59,9 +60,15 @@ class Adapter:
     outputs: ClassVar[tuple[str, ...]]  # the names of the outputs it has heads for
     frozen: tuple[str, ...] = ()
     buckets: LengthBuckets | None = None
+    packing: int = 0
 
     def __init__(self, recipe: Recipe, model: Pretrained, task: Task, num_outputs: int):
         self.recipe, self.model, self.task, self.num_outputs = recipe, model, task, num_outputs
+
+    @classmethod
+    def packs(cls, task: Task, recipe: Recipe) -> bool:
+        """True when the adapter trains `task` on packed rows (finetune.packed_sequences)."""
+        return False
 
     @classmethod
     def supports(cls, task: Task) -> bool:
@@ -113,13 +120,19 @@ def register(adapter_class: type[Adapter]) -> type[Adapter]:
     return adapter_class
 
 
-def check_supported(adapter_class: type[Adapter], task: Task) -> None:
-    """One line naming the task types the adapter serves when it cannot serve `task`."""
+def check_supported(adapter_class: type[Adapter], task: Task, recipe: Recipe) -> None:
+    """One line naming the task types the adapter serves when it cannot serve `task`, or
+    saying so when the recipe packs rows the adapter does not pack for it."""
     if not adapter_class.supports(task):
         served = [name for name, t in sorted(TASKS.items()) if adapter_class.supports(t)]
         raise SetupError(f"finetune.task={task.name!r}: {adapter_class.family.upper()} "
                          f"({adapter_class.approach}) serves {', '.join(served)}: choose one "
                          "of those or another recipe")
+    if recipe.packed_sequences and not adapter_class.packs(task, recipe):
+        raise SetupError(f"finetune.packed_sequences={recipe.packed_sequences}: "
+                         f"{adapter_class.family.upper()} ({adapter_class.approach}) packs no "
+                         f"rows for finetune.task={task.name!r}: set "
+                         "finetune.packed_sequences = 0")
 
 
 def check_length(recipe: Recipe, positions: int) -> None:

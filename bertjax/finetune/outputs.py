@@ -11,7 +11,9 @@ family: a task type names one of these, a family's head produces it.
     SPANS         logits [B, L, 2]      start_position, end_position int32 [B] mean of the start
                   (start, end)                                                 and end losses
 
-Losses and their metrics are computed in float32 whatever the compute dtype.
+Losses and their metrics are computed in float32 whatever the compute dtype. Packed training
+rows (bertjax/finetune/packed.py) give CLASSES and SCORE one prediction per packed example,
+[B, K, ...], with targets [B, K] and `sequence_weights` [B, K] (0 in unused slots).
 """
 
 import dataclasses
@@ -39,15 +41,23 @@ def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[A
 
 
 def classes_loss(logits: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
-    """Cross-entropy and accuracy of logits [B, C] (or choice scores [B, K]) against `label`."""
-    loss, accuracy = _xent(logits, batch["label"])
+    """Cross-entropy and accuracy of logits [B, C] (or choice scores [B, K]) against `label`;
+    of packed rows' logits [B, K, C] over the weighted slots."""
+    loss, accuracy = _xent(logits, batch["label"], batch.get("sequence_weights"))
     return loss, {"loss": loss, "accuracy": accuracy}
 
 
 def score_loss(scores: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
-    """Mean squared error of scores [B] (or [B, 1]) against the float `label`."""
-    scores_B = scores.reshape(scores.shape[0]).astype(jnp.float32)
-    loss = jnp.mean((scores_B - batch["label"].astype(jnp.float32)) ** 2)
+    """Mean squared error of scores [B] (or [B, 1]; packed: [B, K] or [B, K, 1]) against the
+    float `label`, over the weighted slots of packed rows."""
+    labels = batch["label"].astype(jnp.float32)
+    squared = (scores.reshape(labels.shape).astype(jnp.float32) - labels) ** 2
+    weights = batch.get("sequence_weights")
+    if weights is None:
+        loss = jnp.mean(squared)
+    else:
+        weights = weights.astype(jnp.float32)
+        loss = (squared * weights).sum() / jnp.maximum(weights.sum(), 1e-6)
     return loss, {"loss": loss, "mse": loss}
 
 

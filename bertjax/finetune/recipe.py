@@ -30,6 +30,10 @@ class Recipe:
     # (multiples of max(32, max_seq_length / length_buckets)); 1 pads every batch to
     # max_seq_length. Sets at most this many compiled shapes (see length_buckets.py).
     length_buckets: int = 4
+    # BERT sentence and pair classification and regression: training rows packed with up to
+    # this many examples each (bertjax/finetune/packed.py); 0 trains one example per row.
+    # batch_size stays the examples a step trains on (on average).
+    packed_sequences: int = 0
     eval_every: int = 500  # steps; the run is also evaluated at its end
     eval_batch_size: int | None = None  # rows per prediction batch (None: batch_size)
     seed: int = 0
@@ -74,6 +78,9 @@ class Recipe:
                      "length_buckets", "lstm_layers"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"finetune.{name} is {getattr(self, name)!r}: set it above 0")
+        if self.packed_sequences < 0 or self.packed_sequences == 1:
+            raise ValueError(f"finetune.packed_sequences is {self.packed_sequences!r}: set 0 (one "
+                             "example per row) or the most examples a row holds (2+)")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             raise ValueError(f"finetune.eval_batch_size is {self.eval_batch_size!r}: set it "
                              "above 0, or None for batch_size")

@@ -27,6 +27,7 @@ from bertjax.finetune.adapter import check_supported
 from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.examples import Example
 from bertjax.finetune.families import get_adapter
+from bertjax.finetune.packed import PackedArraySource
 from bertjax.finetune.pretrained import Pretrained, load_pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import TaskSetup, setup_task
@@ -35,7 +36,7 @@ from bertjax.finetune.tasks import get_task
 from bertjax.training import loop
 from bertjax.training.evaluation import RESULTS
 from bertjax.training.experiment import Experiment
-from bertjax.training.mesh import make_mesh
+from bertjax.training.mesh import data_parallel_size, make_mesh
 from bertjax.training.optim import make_optimizer
 
 Data = str | os.PathLike | Sequence[Example]
@@ -78,7 +79,8 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
     Google BERT directory whose name does not say it. Every bad input is a ValueError whose
     one-line message names the fix, raised before the workdir changes."""
     workdir = files.as_path(workdir)  # local or gs://
-    check_supported(get_adapter(recipe.family, recipe.approach), get_task(recipe.task))
+    check_supported(get_adapter(recipe.family, recipe.approach), get_task(recipe.task),
+                    recipe)
     train_examples, _ = _examples(train, recipe, "train")
     eval_examples, eval_name = _examples(eval, recipe, "validation")
     unlabelled = official.read_unlabelled(predict, recipe)
@@ -90,13 +92,17 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
                         steps, eps=recipe.adam_epsilon, weight_decay=recipe.weight_decay,
                         frozen=setup.frozen)
     length = setup.adapter.seq_length(setup.train)
-    exp = Experiment(setup.objective, setup.source(recipe.seed), tx, recipe.batch_size, steps,
+    mesh = mesh if mesh is not None else make_mesh()
+    source = setup.source(recipe.seed)
+    batch_size = recipe.batch_size
+    if isinstance(source, PackedArraySource):  # rows holding batch_size examples on average
+        batch_size = source.rows_per_step(recipe.batch_size, data_parallel_size(mesh))
+    exp = Experiment(setup.objective, source, tx, batch_size, steps,
                      ((1.0, length),), seed=recipe.seed, log_every=min(10, steps),
                      checkpoint_every=max(1, recipe.eval_every))
     evaluator = make_evaluator(setup, min(recipe.eval_every, steps),
                                recipe.eval_batch_size or recipe.batch_size)
-    result = loop.run(exp, workdir, mesh if mesh is not None else make_mesh(), show_progress,
-                      setup.initial_params, evaluator)
+    result = loop.run(exp, workdir, mesh, show_progress, setup.initial_params, evaluator)
     written = []
     if jax.process_index() == 0:
         write_task_record(workdir, recipe, model, setup.labels)

@@ -15,6 +15,7 @@ from bertjax.finetune.arrays import ArraySource
 from bertjax.finetune.examples import Example
 from bertjax.finetune.families import get_adapter
 from bertjax.finetune.length_buckets import LengthBuckets
+from bertjax.finetune.packed import PackedArraySource
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.task import EvalData, Task
 from bertjax.finetune.tasks import get_task
@@ -75,8 +76,11 @@ class TaskSetup:
     def report(self, params: Any) -> dict[str, Any]:
         return self.adapter.report(params)
 
-    def source(self, seed: int) -> ArraySource:
-        """The training examples as the loop's data source."""
+    def source(self, seed: int) -> ArraySource | PackedArraySource:
+        """The training examples as the loop's data source: packed rows where the adapter
+        packs them, else rows of one example (cut to length buckets where it allows)."""
+        if self.adapter.packing:
+            return PackedArraySource(self.train, self.adapter.packing, seed=seed)
         return ArraySource(self.train, seed=seed, buckets=self.buckets)
 
 
@@ -86,7 +90,7 @@ def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequen
     training and evaluation examples."""
     task = get_task(recipe.task)
     adapter_class = get_adapter(recipe.family, recipe.approach)
-    check_supported(adapter_class, task)
+    check_supported(adapter_class, task, recipe)
     labels = task.label_names(train, dev, eval_spec)
     adapter = adapter_class(recipe, model, task, task.num_outputs(labels))
     train_arrays = adapter.encode(train, task.targets(train, labels)).arrays

@@ -6,7 +6,8 @@ and its heads (the logical "heads" axis, the mesh's model axis). Padding goes in
 ids (a real key is segment 1, padding 0; every query is segment 1, so a query on a padded
 position attends to the real keys, as under the XLA path's mask); packed rows as their
 sequence ids, for queries and keys alike (a padded query then attends to the padding:
-finite, and never read); causality as the kernel's causal mask. Sequence lengths must be multiples of the kernel's 128-row blocks.
+finite, and never read); causality as the kernel's causal mask. Sequence lengths must be
+multiples of the kernel's 128-row blocks.
 
 TPU v3 cannot run it: Mosaic, the TPU kernel compiler, does not compile the kernel's bfloat16
 matrix products for v3 (error E2001), so a v3 run says so in one line. On the CPU the kernel

@@ -398,10 +398,12 @@ def _train_phase(
     labels = exp.objective.progress + (evaluation.labels if evaluation else ())
     progress = ProgressBar(exp.num_steps, step, labels, enabled=show_progress)
     last_time, scalars, stopped = time.perf_counter(), {}, None
-    tokens = 0  # padded tokens since the last log
+    tokens = real_tokens = 0  # token slots (padding included) and real tokens since the last log
     while step < end_step and not stopped:
         batch = next(batches)
         tokens += exp.batch_size * exp.source.padded_length(batch, seq_length)
+        real_tokens += _real_tokens(batch, exp.batch_size * exp.source.padded_length(
+            batch, seq_length))
         state, metrics = trainer.step(state, trainer.device_batch(batch))
         if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
             guards.signals.started()
@@ -412,12 +414,13 @@ def _train_phase(
             now = time.perf_counter()
             scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
             scalars["tokens_per_second"] = tokens / (now - last_time)
+            scalars["real_tokens_per_second"] = real_tokens / (now - last_time)
             scalars["seq_length"] = seq_length
             scalars["skipped_steps"] = guards.check_nonfinite()
             writer.write(step, scalars)
             progress.update(step, scalars)
             guards.raise_failure()
-            last_time, tokens = now, 0
+            last_time, tokens, real_tokens = now, 0, 0
         else:
             progress.update(step, None)
         if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
@@ -427,6 +430,15 @@ def _train_phase(
             writer.flush()
     progress.close()
     return state, position, scalars, stopped
+
+
+def _real_tokens(batch: Batch, slots: int) -> int:
+    """Real (not padding) tokens of a global batch: its input mask's sum over all hosts (each
+    host sees its own rows; hosts' batches are alike in expectation), else every slot."""
+    mask = batch.get("input_mask")
+    if mask is None:
+        return slots
+    return int(np.asarray(mask).astype(bool).sum()) * jax.process_count()
 
 
 class _Evaluation:

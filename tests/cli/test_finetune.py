@@ -99,6 +99,43 @@ def test_bert_classification_run_leaves_results_predictions_and_best(bert_run):
     assert 0 <= results["best"]["accuracy"] <= 1, results  # two layers: wiring, not accuracy
 
 
+def real_token_share(workdir):
+    """Real tokens over token slots trained on, from metrics.jsonl."""
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in rows if "real_tokens_per_second" in r]
+    return (sum(r["real_tokens_per_second"] for r in trained)
+            / sum(r["tokens_per_second"] for r in trained))
+
+
+def test_packed_classification_run_trains_on_real_tokens(data, minilm_2, tmp_path):
+    """finetune.packed_sequences: the same run in packed rows of 128 tokens (the same 10 steps
+    of about 32 examples each), nearly all of each row real tokens (unpacked, AG News
+    sentences fill a third of 128; benchmarks/finetune_classification.py times both)."""
+    result = finetune(tmp_path, "bert_classification", *data, *QUICK,
+                      "--gin.finetune.max_seq_length=128", "--gin.finetune.packed_sequences=4",
+                      init=minilm_2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_classification_run(tmp_path, result)
+    assert real_token_share(tmp_path) > 0.85
+
+
+def test_packing_a_task_it_cannot_pack_is_one_line(data, minilm_2, tmp_path, agnews_dir):
+    result = finetune(tmp_path, "bert_tagging", *data, "--gin.finetune.packed_sequences=4",
+                      init=minilm_2)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "packs no rows for finetune.task='tagging': set finetune.packed_sequences = 0")
+
+
+@pytest.mark.e2e
+def test_packed_classification_learns_from_minilm(data, tmp_path):
+    """All six layers in packed rows learn AG News topics as the unpacked run does."""
+    result = finetune(tmp_path, "bert_classification", *data, *QUICK,
+                      "--gin.finetune.packed_sequences=4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert check_classification_run(tmp_path, result)["best"]["accuracy"] > 0.5
+
+
 @pytest.mark.e2e
 def test_bert_classification_from_minilm(data, tmp_path_factory):
     """All six layers, in a process of its own as a user runs it, learn AG News topics."""

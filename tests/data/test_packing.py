@@ -17,7 +17,7 @@ from bertjax.data.bert.instances import (
 )
 from bertjax.data.bert.masking import SpecialIds
 from bertjax.data.bert.nsp import Corpus
-from bertjax.data.bert.packing import pack_lengths
+from bertjax.data.packing import pack_lengths
 from tests.data.test_pretraining import SPECIAL_IDS, synthetic_corpus
 
 CONFIG = PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10, packed_sequences=3)

@@ -98,7 +98,7 @@ def test_recipe_matches_the_papers(name):
         assert recipe.learning_rate in BERT_GLUE_LEARNING_RATES
     if family == "bert" and recipe.approach == "fine_tune":
         assert recipe.warmup_fraction == 0.1 and recipe.adam_epsilon == 1e-6
-    check_supported(get_adapter(recipe.family, recipe.approach), get_task(recipe.task))
+    check_supported(get_adapter(recipe.family, recipe.approach), get_task(recipe.task), recipe)
 
 
 @pytest.mark.parametrize("name", sorted(NOT_FROM_THE_PAPER))

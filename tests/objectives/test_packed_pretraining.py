@@ -29,7 +29,8 @@ def batches():
     unpacked_stream = make_stream(Corpus(documents), special,
                                   dataclasses.replace(config, packed_sequences=0), seed=0)
     counts = (packed_stream.rows(0) >= 0).sum(1)
-    rows = np.sort(np.concatenate([np.flatnonzero(counts > 1)[:6], np.flatnonzero(counts == 1)[:2]]))
+    rows = np.sort(np.concatenate([np.flatnonzero(counts > 1)[:6],
+                                   np.flatnonzero(counts == 1)[:2]]))
     members = packed_stream.rows(0)[rows]
     packed = packed_stream.examples(rows)
     order = members[members >= 0]  # instances in row-major slot order
@@ -40,11 +41,11 @@ def batches():
 
 def per_instance(objective, params, batch):
     """(per-target MLM cross-entropies in order, NSP logits per instance)."""
-    out = jax.jit(objective.model.apply)({"params": params}, batch["input_ids"], batch["segment_ids"],
-                                batch["input_mask"], batch["masked_lm_positions"],
-                                packing={k: batch[k] for k in
-                                         ("position_ids", "sequence_ids", "cls_positions")}
-                                if "sequence_ids" in batch else None)
+    packing = ({k: batch[k] for k in ("position_ids", "sequence_ids", "cls_positions")}
+               if "sequence_ids" in batch else None)
+    out = jax.jit(objective.model.apply)(
+        {"params": params}, batch["input_ids"], batch["segment_ids"], batch["input_mask"],
+        batch["masked_lm_positions"], packing=packing)
     weights = batch["masked_lm_weights"] > 0
     xent = optax.softmax_cross_entropy_with_integer_labels(out["mlm_logits"],
                                                            batch["masked_lm_ids"])

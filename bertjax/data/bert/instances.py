@@ -41,7 +41,8 @@ import numpy as np
 
 from bertjax.data.bert.masking import MaskedTokens, SpecialIds, mask_block
 from bertjax.data.bert.nsp import Corpus, Instances, check_corpus, pack, plan_instances
-from bertjax.data.bert.packing import instance_lengths, pack_examples, pack_lengths
+from bertjax.data.bert.packing import instance_lengths, pack_examples
+from bertjax.data.packing import pack_lengths
 from bertjax.objectives.mlm import packed_predictions
 
 # Stream tags: separate random numbers for each use of the seed.

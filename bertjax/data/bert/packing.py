@@ -16,23 +16,19 @@ Attention never crosses instances (layers/masks.py), so every instance is comput
 it would be alone; the masked-LM targets of all instances are one list per row (positions
 shifted by the instance's offset).
 
-Rows are filled by best-fit decreasing over windows of consecutive instances (`pack_lengths`):
-each instance, longest first, goes into the open row with the least room that still fits it
-and holds fewer than K. The windows follow the epoch's shuffled order, so every window is a
+Rows are filled by best-fit decreasing over windows of consecutive instances
+(bertjax/data/packing.py). The windows follow the epoch's shuffled order, so every window is a
 random sample of the corpus and packing changes which instances share a step, never which
 instances an epoch visits.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Sequence
-
 import numpy as np
 
 from bertjax.data.bert.nsp import Instances
+from bertjax.data.packing import pack_tokens, slot_values
 
-WINDOW = 2048  # instances packed together: larger windows pack a little tighter
 PACKED_FEATURES = ("position_ids", "sequence_ids", "cls_positions", "next_sentence_weights")
 
 Example = dict[str, np.ndarray]
@@ -46,46 +42,6 @@ def instance_lengths(instances: Instances) -> np.ndarray:
     return np.where(has_b, len_a + len_b + 3, len_a + 2).astype(np.int64)
 
 
-def pack_lengths(lengths: Sequence[int], capacity: int, max_sequences: int,
-                 rng: np.random.Generator | None = None, window: int = WINDOW) -> np.ndarray:
-    """int64 [R, K]: the items of each row (indices into `lengths`), -1 in unused slots.
-
-    Best-fit decreasing within each window of `window` consecutive items; rows of a window
-    come out in a random order (`rng`) so that step-to-step row lengths do not trend."""
-    lengths = np.asarray(lengths, np.int64)
-    if lengths.size and (lengths.max() > capacity or lengths.min() < 1):
-        raise ValueError(f"items of length {lengths.min()}..{lengths.max()} do not fit rows of "
-                         f"{capacity}: every item needs 1..capacity tokens")
-    rows: list[list[int]] = []
-    for start in range(0, len(lengths), window):
-        window_rows = _best_fit(lengths[start:start + window], capacity, max_sequences)
-        order = rng.permutation(len(window_rows)) if rng is not None else range(len(window_rows))
-        rows.extend([start + i for i in window_rows[r]] for r in order)
-    table = np.full((len(rows), max_sequences), -1, np.int64)
-    for r, items in enumerate(rows):
-        table[r, :len(items)] = items
-    return table
-
-
-def _best_fit(lengths: np.ndarray, capacity: int, max_sequences: int) -> list[list[int]]:
-    """Best-fit decreasing: rows of item indices, each within `capacity` and K items."""
-    rows: list[list[int]] = []
-    open_rows: list[tuple[int, int]] = []  # (room left, row), sorted: rows that take more
-    for item in np.argsort(-lengths, kind="stable"):
-        need = int(lengths[item])
-        at = bisect.bisect_left(open_rows, (need, -1))
-        if at < len(open_rows):
-            room, row = open_rows.pop(at)
-        else:
-            room, row = capacity, len(rows)
-            rows.append([])
-        rows[row].append(int(item))
-        room -= need
-        if room > 0 and len(rows[row]) < max_sequences:
-            bisect.insort(open_rows, (room, row))
-    return rows
-
-
 def pack_examples(examples: Example, members: np.ndarray, row_predictions: int) -> Example:
     """Packed rows [R, ...] from unpacked examples [N, ...] (their real tokens first, as
     bertjax writes them): row r holds examples members[r, k] (-1: none) one after the other.
@@ -95,27 +51,10 @@ def pack_examples(examples: Example, members: np.ndarray, row_predictions: int) 
     positions shifted to where each instance sits, up to `row_predictions` per row) and
     PACKED_FEATURES."""
     R, K = members.shape
-    L = examples["input_ids"].shape[1]
-    used = members >= 0  # [R, K]
-    lengths = examples["input_mask"].astype(np.int64).sum(1)  # [N]
-    slot_lengths = np.where(used, lengths[np.maximum(members, 0)], 0)  # [R, K]
-    if (slot_lengths.sum(1) > L).any():
-        raise ValueError(f"a packed row holds more than {L} tokens: pack by instance_lengths")
-    offsets = np.cumsum(slot_lengths, 1) - slot_lengths  # [R, K]
-    row_of, slot_of = np.nonzero(used)  # row-major: slots in order within each row
+    packed, (row_of, slot_of, offset) = pack_tokens(
+        {k: examples[k] for k in ("input_ids", "segment_ids")}, examples["input_mask"], members)
     member = members[row_of, slot_of]  # [M] unpacked example of each used slot
-    offset = offsets[row_of, slot_of]  # [M]
-
     ints = lambda *shape: np.zeros(shape, np.int32)  # noqa: E731
-    packed = {name: ints(R, L) for name in
-              ("input_ids", "input_mask", "segment_ids", "position_ids", "sequence_ids")}
-    which, t = np.nonzero(examples["input_mask"][member] > 0)  # [T] used slot, token
-    rows, cols = row_of[which], offset[which] + t
-    packed["input_ids"][rows, cols] = examples["input_ids"][member[which], t]
-    packed["segment_ids"][rows, cols] = examples["segment_ids"][member[which], t]
-    packed["input_mask"][rows, cols] = 1
-    packed["position_ids"][rows, cols] = t
-    packed["sequence_ids"][rows, cols] = slot_of[which] + 1
 
     which, p = np.nonzero(examples["masked_lm_weights"][member] > 0)  # [P] used slot, target
     rows = row_of[which]
@@ -132,14 +71,6 @@ def pack_examples(examples: Example, members: np.ndarray, row_predictions: int) 
     packed["masked_lm_ids"][rows, target] = examples["masked_lm_ids"][member[which], p]
     packed["masked_lm_weights"][rows, target] = 1.0
 
-    packed["cls_positions"] = np.where(used, offsets, 0).astype(np.int32)
-    labels = ints(R, K)
-    labels[row_of, slot_of] = examples["next_sentence_label"][member]
-    packed["next_sentence_label"] = labels
-    packed["next_sentence_weights"] = used.astype(np.float32)
+    packed["next_sentence_label"] = slot_values(examples["next_sentence_label"], members)
+    packed["next_sentence_weights"] = (members >= 0).astype(np.float32)
     return packed
-
-
-def padding_share(input_mask: np.ndarray) -> float:
-    """The share of a batch's token slots that are padding."""
-    return 1.0 - float(np.asarray(input_mask).mean())

@@ -22,6 +22,7 @@ from bertjax.finetune import qa
 from bertjax.finetune.adapter import Adapter, check_length, register
 from bertjax.finetune.heads.bert import (
     KIND_OUTPUTS,
+    PACKABLE,
     BertHead,
     bert_finetuning,
     with_pretrained_encoder,
@@ -156,11 +157,18 @@ class BertFineTuned(Adapter):
         self.kind = next(k for k, output in KIND_OUTPUTS.items() if output == task.output)
         self.bilstm = recipe.lstm_size if recipe.bilstm else 0
         self.head = BertHead(self.config, self.kind, num_outputs, self.bilstm)
-        if recipe.length_buckets > 1 and task.inputs != QUESTIONS:  # QA windows are full
+        self.packing = recipe.packed_sequences
+        if recipe.length_buckets > 1 and task.inputs != QUESTIONS and not self.packing:
             token_features = INPUT_FEATURES + (task.output.target_features
                                                if task.output.token_axis else ())
             self.buckets = LengthBuckets(token_features, recipe.max_seq_length,
                                          recipe.length_buckets)
+
+    @classmethod
+    def packs(cls, task: Any, recipe: Any) -> bool:
+        """Texts into a [CLS] head (classify, regress) without a BiLSTM train on packed rows."""
+        kind = next(k for k, output in KIND_OUTPUTS.items() if output == task.output)
+        return task.inputs == TEXTS and kind in PACKABLE and not recipe.bilstm
 
     def encode_inputs(self, examples: Sequence[Any], targets: list | None
                       ) -> tuple[Arrays, Any]:
@@ -181,7 +189,8 @@ class BertFineTuned(Adapter):
     def objective(self, train: Arrays) -> Objective:
         ids = train["input_ids"]
         choices = ids.shape[1] if ids.ndim == 3 else 4
-        return bert_finetuning(self.config, self.kind, self.num_outputs, choices, self.bilstm)
+        return bert_finetuning(self.config, self.kind, self.num_outputs, choices, self.bilstm,
+                               self.packing)
 
     def predict(self, params: Any, inputs: Arrays) -> Any:
         return self.head.apply({"params": params}, inputs["input_ids"], inputs["segment_ids"],

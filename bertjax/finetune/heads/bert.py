@@ -13,6 +13,10 @@ With `bilstm=H` (Table 5's "+ BiLSTM", `finetune.bilstm`) a randomly initialised
 direction) reads the encoder's sequence output first; the sentence heads then read its
 max-pool over the real tokens instead of the pooled [CLS].
 
+The [CLS] heads (classify, regress) also train on packed rows (`packed_sequences=K`,
+bertjax/finetune/packed.py): up to K examples per row, each attending only to itself, one
+prediction per example read at its own [CLS], [B, K, ...].
+
 Every head keeps the encoder under the name "bert", the same subtree as BertForPreTraining,
 so pretrained weights (a bertjax checkpoint or a Hugging Face one, see convert/hf_bert.py)
 load by replacing `params["bert"]`.
@@ -45,6 +49,8 @@ def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
 KIND_OUTPUTS: dict[str, Output] = {"classify": CLASSES, "regress": SCORE, "choice": CHOICE,
                                    "tag": WORD_CLASSES, "span": SPANS}
 KINDS = tuple(KIND_OUTPUTS)
+PACKABLE = ("classify", "regress")  # heads that train on packed rows
+PACKING_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 
 
 class BertHead(nn.Module):
@@ -63,16 +69,24 @@ class BertHead(nn.Module):
 
     @nn.compact
     def __call__(
-        self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True
+        self, input_ids: Array, segment_ids: Array, input_mask: Array, deterministic: bool = True,
+        packing: dict[str, Array] | None = None,
     ) -> Array:
+        """The head's outputs; `packing` (position_ids, sequence_ids, cls_positions) for
+        packed rows of a classify or regress head."""
         if self.kind not in KINDS:
             raise ValueError(f"unknown head {self.kind!r}: use one of {', '.join(KINDS)}")
+        if packing is not None and (self.kind not in PACKABLE or self.bilstm):
+            raise ValueError(f"packed rows feed {' and '.join(PACKABLE)} heads without a BiLSTM,"
+                             f" not {self.kind!r}: set finetune.packed_sequences = 0")
         shape = input_ids.shape  # [B, L], or [B, K, L] for choice
         flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731
         pooled_only = self.kind in ("classify", "regress", "choice") and not self.bilstm
+        packing = packing or {}
         outputs = BertModel(self.config, name="bert")(
-            flat(input_ids), flat(segment_ids), flat(input_mask), deterministic=deterministic,
-            summary_only=pooled_only,
+            flat(input_ids), flat(segment_ids), flat(input_mask), packing.get("position_ids"),
+            deterministic=deterministic, summary_only=pooled_only,
+            sequence_ids=packing.get("sequence_ids"), cls_positions=packing.get("cls_positions"),
         )
         dropout = Dropout(self.config.transformer.dropout_rate)
         if self.bilstm:
@@ -81,7 +95,7 @@ class BertHead(nn.Module):
         if self.kind in ("classify", "regress", "choice"):
             pooled_BxE = dropout(outputs["pooled_output"], deterministic=deterministic)
             features = self.num_labels if self.kind == "classify" else 1
-            logits = _classifier(features, self.config, "classifier")(pooled_BxE)
+            logits = _classifier(features, self.config, "classifier")(pooled_BxE)  # [B(, K), F]
             return logits.reshape(shape[:-1]) if self.kind == "choice" else logits
         seq_BxLxE = outputs["sequence_output"]
         if self.kind == "tag":
@@ -107,10 +121,13 @@ class BertHead(nn.Module):
 
 
 def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
-                    num_choices: int = 4, bilstm: int = 0) -> Objective:
-    """The head's objective for the shared training loop: init, loss and batch shapes."""
+                    num_choices: int = 4, bilstm: int = 0, packed_sequences: int = 0
+                    ) -> Objective:
+    """The head's objective for the shared training loop: init, loss and batch shapes.
+    `packed_sequences=K`: training batches are packed rows of up to K examples."""
     model = BertHead(config, kind, num_labels, bilstm)
     output = KIND_OUTPUTS[kind]
+    K = packed_sequences
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
 
@@ -121,6 +138,7 @@ def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
             batch["segment_ids"],
             batch["input_mask"],
             deterministic=rng is None,
+            packing={k: batch[k] for k in PACKING_FEATURES} if "sequence_ids" in batch else None,
             rngs=None if rng is None else {"dropout": rng},
         )
         return output.loss(outputs, batch)
@@ -129,7 +147,13 @@ def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
         rows = (batch_size, num_choices) if kind == "choice" else (batch_size,)
         ints = np.zeros((*rows, seq_length), np.int32)
         inputs = {"input_ids": ints, "segment_ids": ints, "input_mask": ints}
-        return {**inputs, **output.example_targets(batch_size, seq_length)}
+        targets = output.example_targets(batch_size, seq_length)
+        if K:
+            targets = {k: np.zeros((batch_size, K), v.dtype) for k, v in targets.items()}
+            inputs.update(position_ids=ints, sequence_ids=ints,
+                          cls_positions=np.zeros((batch_size, K), np.int32),
+                          sequence_weights=np.zeros((batch_size, K), np.float32))
+        return {**inputs, **targets}
 
     progress = (("loss", "loss"), (output.metric, "acc"))
     return Objective(f"bert_{kind}", "bert", config, model, init_variables, loss_fn,
