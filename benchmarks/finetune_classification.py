@@ -9,11 +9,14 @@ length), and are evaluated on test.tsv (1,000). bertjax runs as `bertjax-finetun
 it: BertForSequenceClassification, torch.optim.AdamW, get_linear_schedule_with_warmup, torch
 threads = cores. Printed: accuracy and wall time (training, evaluation) of each, and the ratio.
 
-bertjax pads each batch to a length bucket of rows grouped by length (finetune.length_buckets,
-its default). transformers runs twice: padded to the sequence length (run_glue.py's default,
-pad_to_max_length), and grouped by length with Trainer's own LengthGroupedSampler
-(group_by_length=True) and each batch padded to its longest row (DataCollatorWithPadding),
-so the ratio is also given against a peer that skips the padding too.
+bertjax runs twice: each batch padded to a length bucket of rows grouped by length
+(finetune.length_buckets, its default), and in packed rows of up to `--packed_sequences`
+sentences (finetune.packed_sequences; a step takes the rows holding the same batch of sentences
+on average, so both runs take the same steps over the same examples). transformers runs twice:
+padded to the sequence length (run_glue.py's default, pad_to_max_length), and grouped by
+length with Trainer's own LengthGroupedSampler (group_by_length=True) and each batch padded to
+its longest row (DataCollatorWithPadding), so the ratio is also given against a peer that skips
+the padding too.
 
     python benchmarks/finetune_classification.py                 # 1 epoch, seq 128, batch 32
     python benchmarks/finetune_classification.py --epochs=3 --json=out.json
@@ -42,6 +45,8 @@ def parse_args(argv=None):
     p.add_argument("--learning_rate", type=float, default=5e-5)
     p.add_argument("--train_rows", type=int, default=None, help="first N training sentences")
     p.add_argument("--eval_rows", type=int, default=None, help="first N evaluation sentences")
+    p.add_argument("--packed_sequences", type=int, default=4,
+                   help="sentences per packed row on the bertjax-packed side")
     p.add_argument("--quick", action="store_true", help="a tiny run that checks the script")
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -58,7 +63,7 @@ def warn_if_busy():
     return load
 
 
-def bertjax_run(args, model_dir, train, dev):
+def bertjax_run(args, model_dir, train, dev, packed_sequences=0):
     import tempfile
 
     import jax
@@ -70,7 +75,8 @@ def bertjax_run(args, model_dir, train, dev):
 
     recipe = Recipe("bert", "classification", learning_rate=args.learning_rate,
                     batch_size=args.batch_size, epochs=args.epochs,
-                    max_seq_length=args.seq_length, eval_batch_size=64)
+                    max_seq_length=args.seq_length, eval_batch_size=64,
+                    packed_sequences=packed_sequences)
     model = load_pretrained(str(model_dir), "bert")
     start = time.perf_counter()  # as on the torch side: tokenize, train, evaluate
     with tempfile.TemporaryDirectory() as workdir:
@@ -161,6 +167,9 @@ def differences(steps: int) -> list[str]:
         "best kept); transformers logs nothing, evaluates once and saves nothing",
         "bertjax compiles its train step once per length bucket (inside its wall time); "
         "transformers compiles nothing",
+        "bertjax-packed trains on rows of several sentences, each attending only to itself, "
+        "and takes the rows holding the batch's sentences on average: per step about the "
+        "same number of sentences as the other sides, not exactly it",
     ]
 
 
@@ -175,15 +184,22 @@ def main(argv=None):
     dev = read_task(DATA / "test.tsv", "classification")[:args.eval_rows]
     load = warn_if_busy()
     results = {"bertjax": bertjax_run(args, model_dir, train, dev),
+               "bertjax-packed": bertjax_run(args, model_dir, train, dev,
+                                             args.packed_sequences),
                "transformers": torch_run(args, model_dir, train, dev),
                "transformers-grouped": torch_run(args, model_dir, train, dev, grouped=True)}
     ratio = results["transformers"]["seconds"] / results["bertjax"]["seconds"]
     grouped = results["transformers-grouped"]["seconds"] / results["bertjax"]["seconds"]
+    seconds = {name: r["seconds"] for name, r in results.items()}
+    packed_grouped = seconds["transformers-grouped"] / seconds["bertjax-packed"]
+    packed_bucketed = seconds["bertjax"] / seconds["bertjax-packed"]
     print(f"MiniLM (L6 H384) on AG News: {len(train)} training sentences, {args.epochs:g} "
           f"epoch(s), batch {args.batch_size}, seq {args.seq_length}; {len(dev)} evaluated "
           f"(load average {load:.1f})")
     print(f"{'':22}{'accuracy':>10}{'seconds':>10}  padding")
     padding = {"bertjax": "length buckets of length-grouped rows (finetune.length_buckets=4)",
+               "bertjax-packed": f"packed rows of up to {args.packed_sequences} sentences "
+                                 "(finetune.packed_sequences)",
                "transformers": "every row to the sequence length (run_glue.py's default)",
                "transformers-grouped": "group_by_length sampler, each batch to its longest row"}
     for name, r in results.items():
@@ -191,12 +207,16 @@ def main(argv=None):
     print(f"bertjax is {ratio:.2f}x faster than transformers (wall time of training and "
           "evaluation)")
     print(f"bertjax is {grouped:.2f}x faster than transformers-grouped")
+    print(f"ratio bertjax-packed over transformers-grouped: {packed_grouped:.2f}x")
+    print(f"ratio bertjax-packed over bertjax length buckets: {packed_bucketed:.2f}x")
     print("what differs from the same work on both sides:")
     for line in differences(results["bertjax"]["steps"]):
         print(f"  - {line}")
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps({**results, "speedup": ratio,
                                                        "speedup_grouped": grouped,
+                                                       "packed_over_grouped": packed_grouped,
+                                                       "packed_over_buckets": packed_bucketed,
                                                        "load": load, "args": vars(args)}))
     return results
 
