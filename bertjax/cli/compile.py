@@ -20,6 +20,7 @@ from absl import flags
 
 from bertjax.cli import gin_utils, runner
 from bertjax.training import aot
+from bertjax.training.step import StepOptions
 
 PROGRAM = "bertjax-compile"
 FLAGS = flags.FLAGS
@@ -77,6 +78,7 @@ def compile_experiment(
         exp.seed,
         exp.accum_steps,
         jobs=jobs,
+        options=StepOptions(dropout_rng=exp.dropout_rng),
     )
     return CompileResult(
         target.topology,

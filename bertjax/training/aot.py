@@ -28,6 +28,7 @@ from bertjax.layers.partitioning import DEFAULT_RULES
 from bertjax.objectives.objective import Objective
 from bertjax.training import mesh as mesh_lib
 from bertjax.training.loop import Trainer, build_trainer, phase_plan
+from bertjax.training.step import StepOptions
 
 GiB = 2**30
 
@@ -272,6 +273,7 @@ def compile_phases(
     accum_steps: int = 1,
     rules: Sequence = DEFAULT_RULES,
     jobs: int = 1,
+    options: StepOptions | None = None,
 ) -> list[PhaseReport]:
     """One report per sequence-length phase, with batches shaped by `objective.example_batch`.
 
@@ -283,7 +285,7 @@ def compile_phases(
     plan = phase_plan(num_steps, seq_phases)
     lowered = [
         lower_phase(objective, tx, mesh, batch_size, length, seed=seed, accum_steps=accum_steps,
-                    rules=rules)
+                    rules=rules, options=options)
         for _, length in plan
     ]
     with concurrent.futures.ThreadPoolExecutor(max(1, min(jobs, len(plan)))) as pool:

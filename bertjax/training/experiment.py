@@ -11,6 +11,7 @@ import optax
 
 from bertjax.objectives.objective import Objective
 from bertjax.training.data_source import DataSource
+from bertjax.training.step import StepOptions
 
 
 @dataclasses.dataclass
@@ -30,8 +31,11 @@ class Experiment:
     keep_checkpoints: int = 3
     nonfinite: str = "skip"  # a non-finite loss or gradient: "skip" the update, or "stop"
     max_nonfinite: int = 3  # "skip": stop after this many skipped steps in a row
+    # the dropout bits' generator: "threefry", "rbg" or "unsafe_rbg" (training/step.py)
+    dropout_rng: str = "threefry"
 
     def __post_init__(self) -> None:
+        StepOptions(dropout_rng=self.dropout_rng)  # one line naming the choices
         if self.nonfinite not in ("skip", "stop"):
             raise ValueError(f"train.nonfinite is {self.nonfinite!r}: set it to 'skip' or 'stop'")
         positive = {"NUM_STEPS (train.num_steps)": self.num_steps,

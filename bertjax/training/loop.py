@@ -36,7 +36,7 @@ from bertjax.training.experiment import Experiment
 from bertjax.training.metrics import MetricWriter
 from bertjax.training.progress import ProgressBar
 from bertjax.training.state import TrainState, create_state
-from bertjax.training.step import eval_step, train_step
+from bertjax.training.step import StepOptions, eval_step, train_step
 
 Batch = dict[str, np.ndarray]
 
@@ -70,6 +70,7 @@ class Trainer:
     evaluate: Callable[[TrainState, Any], dict]
     reset_carry: Callable[[TrainState], TrainState]
     init_from: Callable[[Callable[[Any], Any]], TrainState]
+    param_norm: Callable[[TrainState], jax.Array]
 
     def device_batch(self, batch: Batch) -> Any:
         """Assemble the global batch from this process's rows, split over data and fsdp."""
@@ -104,9 +105,12 @@ def build_trainer(
     seed: int = 0,
     accum_steps: int = 1,
     rules: Sequence = DEFAULT_RULES,
+    options: StepOptions | None = None,
 ) -> Trainer:
-    """Shardings from logical axis names, then one jit each for init, step, eval and the
-    carry reset. `batch_size` is global (it shapes the carried state, if any)."""
+    """Shardings from logical axis names, then one jit each for init, step, eval, the carry
+    reset and the parameter norm. `batch_size` is global (it shapes the carried state, if
+    any); `options` how the step is built (training/step.py)."""
+    options = options or StepOptions()
     replicated = NamedSharding(mesh, PartitionSpec())
     batch_sharding = mesh_lib.batch_sharding(mesh)
     init_batch = objective.example_batch(1, seq_length)
@@ -136,7 +140,8 @@ def build_trainer(
 
     abstract_state = abstract_like(jax.eval_shape(init_state), state_shardings)
     step_fn = jax.jit(
-        partial(train_step, loss_fn=objective.loss_fn, tx=tx, accum_steps=accum_steps),
+        partial(train_step, loss_fn=objective.loss_fn, tx=tx, accum_steps=accum_steps,
+                options=options),
         in_shardings=(state_shardings, batch_sharding),
         out_shardings=(state_shardings, replicated),
         donate_argnums=0,
@@ -151,6 +156,8 @@ def build_trainer(
         in_shardings=(state_shardings,), out_shardings=state_shardings, donate_argnums=0,
     )
     init_fn = jax.jit(init_state, out_shardings=state_shardings)
+    norm_fn = jax.jit(lambda state: optax.tree.norm(state.params),
+                      in_shardings=(state_shardings,), out_shardings=replicated)
     wrap = partial(_in_context, mesh=mesh, rules=rules)
     state_from = wrap(jax.jit(lambda params: create_state(params, tx, seed, zero_carry()),
                               in_shardings=(state_shardings.params,),
@@ -182,7 +189,7 @@ def build_trainer(
         return state_from(treedef.unflatten(params))
 
     return Trainer(mesh, rules, state_shardings, abstract_state, wrap(init_fn), wrap(step_fn),
-                   wrap(eval_fn), wrap(reset_fn), init_from)
+                   wrap(eval_fn), wrap(reset_fn), init_from, wrap(norm_fn))
 
 
 def phase_plan(num_steps: int, seq_phases: Sequence[tuple[float, int]]) -> list[tuple[int, int]]:
@@ -285,7 +292,8 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
         guards = _Guards(exp, signals, checkpointer)
         for phase, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
             trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size,
-                                    length, exp.seed, exp.accum_steps)
+                                    length, exp.seed, exp.accum_steps,
+                                    options=StepOptions(dropout_rng=exp.dropout_rng))
             signals.check()
             if state is None:
                 state, position = _restore_or_init(trainer, checkpointer, initial_params)
@@ -413,6 +421,7 @@ def _train_phase(
         if step % exp.log_every == 0 or step == end_step or stopped:
             now = time.perf_counter()
             scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            scalars.setdefault("param_norm", float(trainer.param_norm(state)))  # log steps only
             scalars["tokens_per_second"] = tokens / (now - last_time)
             scalars["real_tokens_per_second"] = real_tokens / (now - last_time)
             scalars["seq_length"] = seq_length

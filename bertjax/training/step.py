@@ -1,5 +1,15 @@
-"""Pure train and eval steps. The loop jits them once with shardings; nothing here jits."""
+"""Pure train and eval steps. The loop jits them once with shardings; nothing here jits.
 
+A step whose loss or gradients are not finite changes nothing but the step count. The guard
+reads the gradient norm and the loss, which the step has before the update: nothing more is
+computed to decide, so XLA updates the parameters and moments in place and selects between
+old and new in the same fused pass. (Checking the norm of the new parameters as well, as
+`StepOptions(check_new_params=True)` does, makes XLA materialise the new parameters and
+moments and reduce them before it can select: a second pass over all of them.) The
+parameter norm is logged by the loop on logging steps only (`param_norm`).
+"""
+
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +21,40 @@ from bertjax.training.state import TrainState
 
 Array = jax.Array
 LossFn = Callable[[Any, dict[str, Array], Array | None], tuple[Array, dict[str, Array]]]
+DROPOUT_RNGS = ("threefry", "rbg", "unsafe_rbg")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepOptions:
+    """How the train step is built; each field is a lever benchmarks/accelerator_step.py times
+    on and off.
+
+    `dropout_rng`: the generator of the dropout bits. "threefry" (JAX's default: counter-based,
+    the same bits on any mesh), or "rbg" / "unsafe_rbg" (XLA's RngBitGenerator, Philox on GPUs
+    and the TPU's hardware generator: far cheaper per bit on accelerators, as MaxText uses;
+    the bits depend on how the step is partitioned). The key of step n is derived from the
+    run's threefry key and n either way, so checkpoints do not change and a run resumed on
+    the same mesh replays exactly.
+    `check_new_params`: also skip a step whose new parameters are not finite (the guard
+    bertjax had before; costs a pass over parameters and moments, see the module docstring).
+    """
+
+    dropout_rng: str = "threefry"
+    check_new_params: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dropout_rng not in DROPOUT_RNGS:
+            raise ValueError(f"train.dropout_rng is {self.dropout_rng!r}: set it to one of "
+                             f"{', '.join(DROPOUT_RNGS)}")
+
+
+def step_key(rng_data: Array, step: Array, dropout_rng: str = "threefry") -> Array:
+    """The dropout key of `step`: fold_in(the run's threefry key, step), as an "rbg" or
+    "unsafe_rbg" key made of that key's bits where the options ask for one."""
+    key = jax.random.fold_in(jax.random.wrap_key_data(rng_data), step)
+    if dropout_rng == "threefry":
+        return key
+    return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=dropout_rng)
 
 
 def _grads_and_metrics(
@@ -56,35 +100,41 @@ def train_step(
     loss_fn: LossFn,
     tx: optax.GradientTransformation,
     accum_steps: int = 1,
+    options: StepOptions = StepOptions(),
 ) -> tuple[TrainState, dict[str, Array]]:
     """One optimizer step. Dropout key = fold_in(base key, step), so a resume replays exactly.
 
     A carried state enters the loss inside the batch and leaves it in the metrics, under the
     carry's keys (see objectives.objective.Carry); it never carries gradients back.
     """
-    rng = jax.random.fold_in(jax.random.wrap_key_data(state.rng), state.step)
+    rng = step_key(state.rng, state.step, options.dropout_rng)
     inputs = {**batch, **state.carry}
     grads, metrics = _grads_and_metrics(loss_fn, state.params, inputs, rng, accum_steps)
     carry = {key: metrics.pop(key) for key in state.carry}
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
-    grad_norm = optax.tree.norm(grads)
-    # A step whose loss, gradients or new parameters are not finite changes nothing but the
-    # step count: the loop counts these skips and stops as train.nonfinite says.
-    param_norm = optax.tree.norm(params)
-    finite = (jnp.isfinite(grad_norm) & jnp.isfinite(param_norm)
-              & jnp.isfinite(metrics.get("loss", 0.0)))
-    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa
-    params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
-    carry = keep(carry, state.carry)
+    with jax.named_scope("optimizer"):
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+    with jax.named_scope("nonfinite_guard"):
+        # A step whose loss or gradients are not finite changes nothing but the step count:
+        # the loop counts these skips and stops as train.nonfinite says.
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(grad_norm) & jnp.isfinite(metrics.get("loss", 0.0))
+        if options.check_new_params:
+            param_norm = optax.tree.norm(params)
+            finite = finite & jnp.isfinite(param_norm)
+        keep = lambda new, old: jax.tree.map(  # noqa: E731
+            lambda a, b: jnp.where(finite, a, b), new, old)
+        params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+        carry = keep(carry, state.carry)
     # No update norm: reading `updates` after the in-place parameter update makes XLA copy
     # every parameter buffer each step (440 MB at BERT-base, benchmarks/README.md).
     metrics = {
         **metrics,
         "grad_norm": grad_norm,
-        "param_norm": param_norm,
         "nonfinite": 1.0 - finite.astype(jnp.float32),
     }
+    if options.check_new_params:
+        metrics["param_norm"] = param_norm
     new_state = state.replace(
         step=state.step + 1, params=params, opt_state=opt_state, carry=carry
     )
