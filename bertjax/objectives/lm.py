@@ -2,7 +2,9 @@
 
 Batches (from data/gpt/) hold `input_ids` [B, L], `target_ids` [B, L] (the inputs shifted by
 one token) and `loss_weights` [B, L]. Every position is predicted, so the [B, L, V] logits are
-all used; the loss is computed from them in float32.
+all used; the loss is computed from them in float32 without a float32 copy of them
+(objectives/xent.py; `fused=False` takes optax's cross-entropy and an argmax, the A/B
+baseline of benchmarks/accelerator_step.py).
 """
 
 from collections.abc import Callable
@@ -15,20 +17,24 @@ import optax
 
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.objectives.xent import token_cross_entropy
 
 Array = jax.Array
 
 
 def lm_loss(
-    logits_BxLxV: Array, target_ids_BxL: Array, weights_BxL: Array
+    logits_BxLxV: Array, target_ids_BxL: Array, weights_BxL: Array, fused: bool = True
 ) -> tuple[Array, dict[str, Array]]:
     """Weighted mean next-token cross-entropy (float32), accuracy and perplexity = exp(loss)."""
-    logits_BxLxV = logits_BxLxV.astype(jnp.float32)
     weights_BxL = weights_BxL.astype(jnp.float32)
-    xent_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, target_ids_BxL)
+    if fused:
+        xent_BxL, correct_BxL = token_cross_entropy(logits_BxLxV, target_ids_BxL)
+    else:
+        logits_BxLxV = logits_BxLxV.astype(jnp.float32)
+        xent_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, target_ids_BxL)
+        correct_BxL = (logits_BxLxV.argmax(-1) == target_ids_BxL).astype(jnp.float32)
     denom = jnp.maximum(weights_BxL.sum(), 1e-6)
     loss = (xent_BxL * weights_BxL).sum() / denom
-    correct_BxL = (logits_BxLxV.argmax(-1) == target_ids_BxL).astype(jnp.float32)
     accuracy = (correct_BxL * weights_BxL).sum() / denom
     return loss, {
         "lm_loss": loss,
@@ -39,7 +45,8 @@ def lm_loss(
 
 
 def gpt_lm_loss(
-    params: Any, batch: dict[str, Array], rng: Array | None, apply_fn: Callable
+    params: Any, batch: dict[str, Array], rng: Array | None, apply_fn: Callable,
+    fused: bool = True,
 ) -> tuple[Array, dict[str, Array]]:
     """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for GptLM.
 
@@ -53,7 +60,7 @@ def gpt_lm_loss(
         deterministic=deterministic,
         rngs=None if deterministic else {"dropout": rng},
     )
-    loss, metrics = lm_loss(logits_BxLxV, batch["target_ids"], batch["loss_weights"])
+    loss, metrics = lm_loss(logits_BxLxV, batch["target_ids"], batch["loss_weights"], fused)
     return loss, {**metrics, "loss": loss}
 
 
@@ -67,12 +74,13 @@ def example_lm_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
     }
 
 
-def gpt_pretraining(config: GptConfig) -> Objective:
-    """GPT / GPT-2 next-token pretraining for the training loop."""
+def gpt_pretraining(config: GptConfig, fused_loss: bool = True) -> Objective:
+    """GPT / GPT-2 next-token pretraining for the training loop; `fused_loss=False` computes
+    the loss from a float32 copy of the logits (the A/B baseline)."""
     model = GptLM(config)
 
     def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
-        return gpt_lm_loss(params, batch, rng, model.apply)
+        return gpt_lm_loss(params, batch, rng, model.apply, fused_loss)
 
     progress = (("loss", "loss"), ("perplexity", "ppl"), ("lm_accuracy", "acc"))
     return Objective("gpt_pretraining", "gpt", config, model, init_from_batch(model, "input_ids"),

@@ -6,26 +6,35 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.objectives.xent import token_cross_entropy
+
 Array = jax.Array
 
 
 def mlm_loss(
-    logits_BxPxV: Array, masked_lm_ids_BxP: Array, masked_lm_weights_BxP: Array
+    logits_BxPxV: Array, masked_lm_ids_BxP: Array, masked_lm_weights_BxP: Array,
+    fused: bool = True,
 ) -> tuple[Array, dict[str, Array]]:
     """Weighted mean cross-entropy over masked positions (float32), plus accuracy.
 
     `masked_lm_weights` is 1 for every selected position (whether it became [MASK], a random
     token or stayed unchanged) and 0 for padding, so all selected tokens are predicted.
+    `fused` (default) reads the logits without a float32 copy (objectives/xent.py); False
+    takes optax's cross-entropy on float32 logits (the A/B baseline).
     """
-    logits_BxPxV = logits_BxPxV.astype(jnp.float32)
     weights_BxP = masked_lm_weights_BxP.astype(jnp.float32)
-    xent_BxP = optax.softmax_cross_entropy_with_integer_labels(logits_BxPxV, masked_lm_ids_BxP)
+    if fused:
+        xent_BxP, correct_BxP = token_cross_entropy(logits_BxPxV, masked_lm_ids_BxP)
+    else:
+        logits_BxPxV = logits_BxPxV.astype(jnp.float32)
+        xent_BxP = optax.softmax_cross_entropy_with_integer_labels(logits_BxPxV,
+                                                                   masked_lm_ids_BxP)
+        # The target's logit reaching the row maximum (ties count as correct) reuses the max
+        # the softmax computes; XLA's CPU argmax is an unvectorized reduction.
+        target_BxP = jnp.take_along_axis(logits_BxPxV, masked_lm_ids_BxP[..., None], -1)[..., 0]
+        correct_BxP = (target_BxP >= logits_BxPxV.max(-1)).astype(jnp.float32)
     denom = jnp.maximum(weights_BxP.sum(), 1e-6)
     loss = (xent_BxP * weights_BxP).sum() / denom
-    # The target's logit reaching the row maximum (ties count as correct) reuses the max the
-    # softmax computes; XLA's CPU argmax is an unvectorized reduction.
-    target_BxP = jnp.take_along_axis(logits_BxPxV, masked_lm_ids_BxP[..., None], -1)[..., 0]
-    correct_BxP = (target_BxP >= logits_BxPxV.max(-1)).astype(jnp.float32)
     accuracy = (correct_BxP * weights_BxP).sum() / denom
     return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": weights_BxP.sum()}
 

@@ -27,7 +27,8 @@ PACKING_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 
 
 def bert_pretraining_loss(
-    params: Any, batch: dict[str, Array], rng: Array, apply_fn: Callable, use_nsp: bool = True
+    params: Any, batch: dict[str, Array], rng: Array, apply_fn: Callable, use_nsp: bool = True,
+    fused_loss: bool = True,
 ) -> tuple[Array, dict[str, Array]]:
     """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for BertForPreTraining.
 
@@ -47,7 +48,7 @@ def bert_pretraining_loss(
         rngs=None if deterministic else {"dropout": rng},
     )
     loss, metrics = mlm_loss(
-        outputs["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"]
+        outputs["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"], fused_loss
     )
     if use_nsp:
         nsp, nsp_metrics = nsp_loss(outputs["nsp_logits"], batch["next_sentence_label"],
@@ -58,9 +59,10 @@ def bert_pretraining_loss(
 
 
 def bert_pretraining(config: BertConfig, use_nsp: bool = True,
-                     packed_sequences: int = 0) -> Objective:
+                     packed_sequences: int = 0, fused_loss: bool = True) -> Objective:
     """BERT's MLM (+ NSP) pretraining objective for the training loop; `packed_sequences=K`
-    reads packed rows of at most K instances (the source's setting of the same name)."""
+    reads packed rows of at most K instances (the source's setting of the same name);
+    `fused_loss=False` computes the MLM loss from float32 logits (objectives/xent.py)."""
     if packed_sequences < 0 or packed_sequences == 1:
         raise ValueError(f"bert_pretraining.packed_sequences is {packed_sequences}: set 0 "
                          "(one instance per row) or the most instances a packed row holds (2+)")
@@ -72,7 +74,8 @@ def bert_pretraining(config: BertConfig, use_nsp: bool = True,
     )
 
     def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
-        return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp)
+        return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp,
+                                     fused_loss=fused_loss)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         predictions = packed_predictions(seq_length, K)
