@@ -101,6 +101,17 @@ def fused_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
     )
 
 
+def _fused_qkv(x_BxLxE: Array, kernels: dict[str, tuple[Array, Array]]
+               ) -> tuple[Array, Array, Array]:
+    """Q, K and V [B, L, H, D] from one matrix product over the kernels stacked as
+    [E, 3, H, D]: one read of x and one kernel launch instead of three."""
+    names = ("query", "key", "value")
+    w_Ex3xHxD = jnp.stack([kernels[n][0] for n in names], axis=1)
+    b_3xHxD = jnp.stack([kernels[n][1] for n in names], axis=0)
+    qkv_BxLx3xHxD = jnp.einsum("ble,ethd->blthd", x_BxLxE, w_Ex3xHxD) + b_3xHxD
+    return qkv_BxLx3xHxD[:, :, 0], qkv_BxLx3xHxD[:, :, 1], qkv_BxLx3xHxD[:, :, 2]
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention over [B, L, E] with per-head projections of shape (embed, heads, kv)."""
 
@@ -108,6 +119,7 @@ class MultiHeadAttention(nn.Module):
     head_dim: int
     dropout_rate: float = 0.0
     implementation: str = "xla"  # one of ATTENTION_IMPLS
+    fused_qkv: bool = False  # Q, K, V from one product over the concatenated kernels
     kernel_init_std: float = 0.02
     out_init_std: float = 0.02
     dtype: Any = jnp.float32
@@ -195,10 +207,13 @@ class MultiHeadAttention(nn.Module):
             w_ExHxD, b_HxD = kernels[name]
             return jnp.einsum("ble,ehd->blhd", x_BxLxE, w_ExHxD) + b_HxD
 
-        queries_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
-        q_BxQxHxD = project("query", queries_BxQxE)
-        k_BxLxHxD = project("key", x_BxLxE)
-        v_BxLxHxD = project("value", x_BxLxE)
+        if self.fused_qkv and num_queries is None:
+            q_BxQxHxD, k_BxLxHxD, v_BxLxHxD = _fused_qkv(x_BxLxE, kernels)
+        else:
+            queries_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
+            q_BxQxHxD = project("query", queries_BxQxE)
+            k_BxLxHxD = project("key", x_BxLxE)
+            v_BxLxHxD = project("value", x_BxLxE)
         cudnn = cudnn_runs(self.dtype, D)
         impl = resolve_impl(self.implementation, self.dropout_rate, deterministic, cudnn)
         if impl == "splash" and q_BxQxHxD.shape[1] != k_BxLxHxD.shape[1]:

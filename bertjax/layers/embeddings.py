@@ -4,6 +4,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.transformer import TransformerConfig
@@ -62,16 +63,36 @@ class BertEmbeddings(nn.Module):
         self,
         input_ids_BxL: Array,
         segment_ids_BxL: Array,
-        position_ids_BxL: Array,
+        position_ids_BxL: Array | None,
         deterministic: bool,
     ) -> Array:
+        """Embedded inputs [B, L, E]; `position_ids` None means 0 .. L-1 in every row."""
         x_BxLxE = (
             self.word_embeddings(input_ids_BxL)
-            + self.segment_embeddings(segment_ids_BxL)
-            + self.position_embeddings(position_ids_BxL)
+            + self._segments(segment_ids_BxL)
+            + self._positions(position_ids_BxL, input_ids_BxL.shape)
         )
         x_BxLxE = self.layer_norm(x_BxLxE.astype(self.config.compute_dtype))
         return self.dropout(x_BxLxE, deterministic=deterministic)
+
+    def _segments(self, segment_ids_BxL: Array) -> Array:
+        """Segment embeddings; with two segments and gather_free_embeddings a select between
+        the two rows (its gradient is two sums, not a scatter-add over every token)."""
+        if not self.config.gather_free_embeddings or self.type_vocab_size != 2:
+            return self.segment_embeddings(segment_ids_BxL)
+        table_2xE = self.segment_embeddings.embedding
+        return jnp.where(segment_ids_BxL[..., None] == 1, table_2xE[1], table_2xE[0])
+
+    def _positions(self, position_ids_BxL: Array | None, shape: tuple[int, int]) -> Array:
+        """Position embeddings [B or 1, L, E]: the table's first L rows broadcast over the
+        batch when every row counts 0 .. L-1 (its gradient a sum over the batch), else a
+        gather."""
+        B, L = shape
+        if position_ids_BxL is None:
+            if self.config.gather_free_embeddings:
+                return self.position_embeddings.embedding[None, :L]
+            position_ids_BxL = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
+        return self.position_embeddings(position_ids_BxL)
 
     def attend(self, h_BxPxE: Array) -> Array:
         """Logits against the token embedding table (the tied output projection)."""

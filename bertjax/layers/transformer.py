@@ -58,6 +58,12 @@ class TransformerConfig:
     # "auto" (XLA on CPU and TPU; cuDNN's fused kernel on GPU, attention dropout included),
     # "xla", "dot_product" or "splash": see layers/attention.py.
     attention_impl: str = "auto"
+    # Q, K and V from one matrix product (their kernels concatenated as the step runs: the
+    # parameters and checkpoints stay three), and BERT's position and segment embeddings by
+    # slice and select instead of gathers whose gradients are scatter-adds. Each is measured
+    # on and off by benchmarks/accelerator_step.py; both compute the same numbers.
+    fused_qkv: bool = True
+    gather_free_embeddings: bool = True
 
     def __post_init__(self) -> None:
         for name in ("dtype", "param_dtype"):  # jnp.bfloat16 and "bfloat16" alike: the name
@@ -173,6 +179,7 @@ class TransformerBlock(nn.Module):
             head_dim=cfg.head_dim,
             dropout_rate=cfg.attention_dropout_rate,
             implementation=cfg.attention_impl,
+            fused_qkv=cfg.fused_qkv,
             kernel_init_std=cfg.initializer_range,
             out_init_std=cfg.residual_init_std,
             dtype=cfg.compute_dtype,

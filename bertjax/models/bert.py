@@ -141,8 +141,6 @@ class BertModel(nn.Module):
             )
         segment_ids = jnp.zeros_like(input_ids) if segment_ids is None else segment_ids
         input_mask = jnp.ones_like(input_ids) if input_mask is None else input_mask
-        if position_ids is None:
-            position_ids = jnp.broadcast_to(jnp.arange(L, dtype=jnp.int32), (B, L))
         x_BxLxE = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
         packed = sequence_ids is not None
         if packed and (cls_positions is None or self.config.causal):
