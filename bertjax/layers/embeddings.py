@@ -96,10 +96,22 @@ class BertEmbeddings(nn.Module):
 
     def attend(self, h_BxPxE: Array) -> Array:
         """Logits against the token embedding table (the tied output projection)."""
-        return attend(self.word_embeddings, h_BxPxE, self.config.compute_dtype)
+        return attend(self.word_embeddings, h_BxPxE, self.config.compute_dtype,
+                      self.config.pad_vocab_to)
 
 
-def attend(table: nn.Embed, h_BxLxE: Array, dtype: Any) -> Array:
+def attend(table: nn.Embed, h_BxLxE: Array, dtype: Any, pad_vocab_to: int = 1) -> Array:
     """[B, L, V] logits of h against an embedding table, the product in the compute dtype
-    (bfloat16 logits feed a float32 loss, as in mixed-precision training generally)."""
-    return h_BxLxE.astype(dtype) @ table.embedding.astype(dtype).T
+    (bfloat16 logits feed a float32 loss, as in mixed-precision training generally).
+
+    `pad_vocab_to=m`: the product runs over the table padded with zero rows to a multiple of
+    m (GPT-2's 50,257 rows to 50,304 at m = 64), tile sizes the matrix units take whole, and
+    the logits are cut back to V. The padding is made as the table is cast to the compute
+    dtype, so parameters, checkpoints and logits keep the real vocabulary."""
+    table_VxE = table.embedding.astype(dtype)
+    V = table_VxE.shape[0]
+    pad = -V % pad_vocab_to
+    if pad:
+        table_VxE = jnp.pad(table_VxE, ((0, pad), (0, 0)))
+    logits = h_BxLxE.astype(dtype) @ table_VxE.T
+    return logits[..., :V] if pad else logits

@@ -64,6 +64,10 @@ class TransformerConfig:
     # on and off by benchmarks/accelerator_step.py; both compute the same numbers.
     fused_qkv: bool = True
     gather_free_embeddings: bool = True
+    # The tied output projection over the vocabulary padded (as it is computed) to a multiple
+    # of this many rows, tiles the matrix units take whole (layers/embeddings.py, attend);
+    # 1 computes over the vocabulary as it is. Parameters and logits keep the real vocabulary.
+    pad_vocab_to: int = 64
 
     def __post_init__(self) -> None:
         for name in ("dtype", "param_dtype"):  # jnp.bfloat16 and "bfloat16" alike: the name
@@ -80,6 +84,9 @@ class TransformerConfig:
                 f"out attention probabilities, but attention_dropout_rate="
                 f"{self.attention_dropout_rate}: set attention_dropout_rate=0 or "
                 "attention_impl='xla'")
+        if self.pad_vocab_to < 1:
+            raise ValueError(f"pad_vocab_to is {self.pad_vocab_to}: set it to 1 (no padding) "
+                             "or a multiple such as 64")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
                              f"{self.num_heads}: change one of them")

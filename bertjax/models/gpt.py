@@ -142,7 +142,8 @@ class GptLM(nn.Module):
 
     def logits(self, h_BxLxE: Array) -> Array:
         """Projection onto the vocabulary with the token embedding table (tied)."""
-        return attend(self.token_embeddings, h_BxLxE, self.config.transformer.compute_dtype)
+        tcfg = self.config.transformer
+        return attend(self.token_embeddings, h_BxLxE, tcfg.compute_dtype, tcfg.pad_vocab_to)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Array:
         """Next-token logits [B, L, V]; the arguments are `hidden`'s."""

@@ -1,6 +1,7 @@
-"""BERT's speed levers compute what the plain layers compute: Q, K and V from one matrix
-product over the concatenated kernels (fused_qkv), and position and segment embeddings by
-slice and select (gather_free_embeddings); the parameters, and so checkpoints, are the same."""
+"""BERT's and GPT's speed levers compute what the plain layers compute: Q, K and V from one
+matrix product over the concatenated kernels (fused_qkv), position and segment embeddings by
+slice and select (gather_free_embeddings), the output projection over a vocabulary padded to a
+multiple of 64 (pad_vocab_to); the parameters, and so checkpoints, are the same."""
 
 import dataclasses
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from bertjax.models.bert import bert_config
+from bertjax.models.gpt import GptLM, gpt_config
 from bertjax.objectives.pretraining import bert_pretraining
 from tests.training.test_step import random_batch
 
@@ -19,10 +21,11 @@ def with_levers(config, **levers):
                                                                        **levers))
 
 
-@pytest.mark.parametrize("lever", ["fused_qkv", "gather_free_embeddings"])
+@pytest.mark.parametrize("lever", ["fused_qkv", "gather_free_embeddings", "pad_vocab_to"])
 def test_a_lever_changes_no_number_beyond_float32_rounding(lever):
-    config = bert_config("tiny", vocab_size=128, max_position_embeddings=64)
-    on, off = (bert_pretraining(with_levers(config, **{lever: value})) for value in (True, False))
+    config = bert_config("tiny", vocab_size=123, max_position_embeddings=64)
+    values = (64, 1) if lever == "pad_vocab_to" else (True, False)
+    on, off = (bert_pretraining(with_levers(config, **{lever: value})) for value in values)
     batch = random_batch()
     variables = off.init_variables(jax.random.key(0), batch)
     assert jax.tree.map(np.shape, variables) == jax.tree.map(
@@ -38,3 +41,14 @@ def test_a_lever_changes_no_number_beyond_float32_rounding(lever):
     scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(grads_off))
     for a, b in zip(jax.tree.leaves(grads_on), jax.tree.leaves(grads_off), strict=True):
         np.testing.assert_allclose(np.asarray(a) / scale, np.asarray(b) / scale, atol=1e-6)
+
+
+def test_gpt_logits_over_a_padded_vocabulary_are_the_real_vocabulary():
+    config = gpt_config("gpt2_tiny", vocab_size=301)
+    padded, plain = (dataclasses.replace(config, transformer=dataclasses.replace(
+        config.transformer, pad_vocab_to=m)) for m in (64, 1))
+    ids = jax.random.randint(jax.random.key(0), (2, 9), 0, 301)
+    params = GptLM(plain).init(jax.random.key(1), ids)
+    got, want = GptLM(padded).apply(params, ids), GptLM(plain).apply(params, ids)
+    assert got.shape == want.shape == (2, 9, 301)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
