@@ -26,22 +26,23 @@ def lm_loss(
     logits_BxLxV: Array, target_ids_BxL: Array, weights_BxL: Array, fused: bool = True
 ) -> tuple[Array, dict[str, Array]]:
     """Weighted mean next-token cross-entropy (float32), accuracy and perplexity = exp(loss)."""
-    weights_BxL = weights_BxL.astype(jnp.float32)
-    if fused:
-        xent_BxL, correct_BxL = token_cross_entropy(logits_BxLxV, target_ids_BxL)
-    else:
-        logits_BxLxV = logits_BxLxV.astype(jnp.float32)
-        xent_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, target_ids_BxL)
-        correct_BxL = (logits_BxLxV.argmax(-1) == target_ids_BxL).astype(jnp.float32)
-    denom = jnp.maximum(weights_BxL.sum(), 1e-6)
-    loss = (xent_BxL * weights_BxL).sum() / denom
-    accuracy = (correct_BxL * weights_BxL).sum() / denom
-    return loss, {
-        "lm_loss": loss,
-        "lm_accuracy": accuracy,
-        "perplexity": jnp.exp(loss),
-        "lm_weight": weights_BxL.sum(),
-    }
+    with jax.named_scope("lm_loss"):  # the profile's "loss and softmax" row
+        weights_BxL = weights_BxL.astype(jnp.float32)
+        if fused:
+            xent_BxL, correct_BxL = token_cross_entropy(logits_BxLxV, target_ids_BxL)
+        else:
+            logits_BxLxV = logits_BxLxV.astype(jnp.float32)
+            xent_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, target_ids_BxL)
+            correct_BxL = (logits_BxLxV.argmax(-1) == target_ids_BxL).astype(jnp.float32)
+        denom = jnp.maximum(weights_BxL.sum(), 1e-6)
+        loss = (xent_BxL * weights_BxL).sum() / denom
+        accuracy = (correct_BxL * weights_BxL).sum() / denom
+        return loss, {
+            "lm_loss": loss,
+            "lm_accuracy": accuracy,
+            "perplexity": jnp.exp(loss),
+            "lm_weight": weights_BxL.sum(),
+        }
 
 
 def gpt_lm_loss(

@@ -1,5 +1,6 @@
-"""benchmarks/xplane_summary.py sums a profile's device ops by kind: checked on an XSpace built
-with the profiler's own protocol buffer."""
+"""benchmarks/xplane_summary.py sums a profile's device ops by kind (checked on an XSpace built
+with the profiler's own protocol buffer) and by name stack (checked on a trace of BERT-tiny's
+train step recorded on the CPU)."""
 
 import gzip
 import sys
@@ -39,6 +40,53 @@ def test_device_ops_are_summed_by_kind(tmp_path):
     text = xplane_summary.summary(totals, top=2)
     assert text.startswith("device time 10.00 ms over 4 distinct ops")
     assert "70.0%      7.000 ms  matrix products" in text
-    assert "10.0%      1.000 ms  attention (cuDNN fused)" in text
+    assert "10.0%      1.000 ms  attention (fused kernel)" in text
     assert "20.0%      2.000 ms  reductions / elementwise fusions" in text
     assert text.endswith("20.0%      2.000 ms  loop_add_fusion_7")
+
+
+def test_a_recorded_train_step_is_attributed_by_name_stack(tmp_path):
+    """Two steps of BERT-tiny's train step under jax.profiler on the CPU: every op of the step
+    is found in its HLO text, the step count is read from the trace, and the optimizer,
+    dropout, LayerNorm, GELU, loss and matrix products each get their own row; the
+    Transformer's LayerNorms run per layer, the optimizer once per step."""
+    import flax.linen as nn
+    import jax
+
+    from bertjax.models.bert import bert_config
+    from bertjax.objectives.pretraining import bert_pretraining
+    from bertjax.training.loop import build_trainer
+    from bertjax.training.mesh import make_mesh
+    from bertjax.training.optim import make_optimizer
+    from tests.training.test_step import random_batch
+
+    task = bert_pretraining(bert_config("tiny", vocab_size=128, max_position_embeddings=64))
+    trainer = build_trainer(task, make_optimizer(learning_rate=1e-3, warmup_steps=2,
+                                                 total_steps=10),
+                            make_mesh(devices=jax.devices()[:1]), 8, 32)
+    batch = trainer.device_batch(random_batch())
+    state = trainer.init()
+    state, metrics = trainer.step(state, batch)  # compiled before the trace
+    jax.block_until_ready(metrics)
+    jax.profiler.start_trace(str(tmp_path))
+    for _ in range(2):
+        state, metrics = trainer.step(state, batch)
+    jax.block_until_ready(metrics)
+    jax.profiler.stop_trace()
+    trace = next(tmp_path.rglob("*.trace.json.gz"))
+    with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(trainer.rules):  # as it ran
+        hlo = trainer.step.jitted.lower(state, batch).compile().as_text()
+
+    events = xplane_summary.load_events(str(trace))
+    step_events = [e for e in events if e.module.startswith("jit_train_step")]
+    assert step_events and xplane_summary.count_steps(step_events) == 2
+    regions, unmatched = xplane_summary.attribute(step_events, hlo)
+    assert unmatched == 0
+    busy = {h for h, r in regions.items() if r.ps}
+    assert {"optimizer update", "dropout and its random bits", "LayerNorm", "GELU",
+            "loss and softmax", "matrix products"} <= busy, busy
+    assert regions["LayerNorm"].per_layer_ps > 0.5 * regions["LayerNorm"].ps
+    assert regions["optimizer update"].per_layer_ps == 0
+    table = xplane_summary.region_table(regions, 2, unmatched)
+    assert "| optimizer update |" in table and "(+" not in table
+    assert sum(r.events for r in regions.values()) == len(step_events)
