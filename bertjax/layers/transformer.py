@@ -65,9 +65,11 @@ class TransformerConfig:
     fused_qkv: bool = True
     gather_free_embeddings: bool = True
     # The tied output projection over the vocabulary padded (as it is computed) to a multiple
-    # of this many rows, tiles the matrix units take whole (layers/embeddings.py, attend);
-    # 1 computes over the vocabulary as it is. Parameters and logits keep the real vocabulary.
-    pad_vocab_to: int = 64
+    # of this many rows, tiles the matrix units take whole (layers/embeddings.py, attend), e.g.
+    # 64; 1 computes over the vocabulary as it is. Parameters and logits keep the real
+    # vocabulary. Off by default: on the CPU the padding costs a pass over the table (XLA:CPU
+    # no longer fuses its cast into the product) and the GPU rows are not measured yet.
+    pad_vocab_to: int = 1
 
     def __post_init__(self) -> None:
         for name in ("dtype", "param_dtype"):  # jnp.bfloat16 and "bfloat16" alike: the name
