@@ -8,7 +8,7 @@ batch per (length, layout): unpacked (each instance padded to the length) and pa
 padding in the file name's companion `batches.json`.
 
     python benchmarks/accelerator_batches.py --out=device_batches          # 128 and 512
-    python benchmarks/accelerator_batches.py --out=/tmp/b --lengths=64 --batch=8 --quick
+    python benchmarks/accelerator_batches.py --out=/tmp/b --lengths=64 --batch=8 --small
 
 `benchmarks/accelerator_levers.py --batches=device_batches` reads them (docs/gpu.md gives the
 device command that carries the folder).
@@ -36,10 +36,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lengths", default="128,512")
     p.add_argument("--batch", type=int, default=None, help="rows per batch (default by length)")
     p.add_argument("--vocab_size", type=int, default=30522)
-    p.add_argument("--quick", action="store_true", help="a small vocabulary: seconds")
+    p.add_argument("--small", action="store_true", help="a 1,024-piece vocabulary: seconds")
     args = p.parse_args(argv)
     args.lengths = [int(n) for n in args.lengths.split(",") if n]
-    if args.quick:
+    if args.small:
         args.vocab_size = 1024
     return args
 

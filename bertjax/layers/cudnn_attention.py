@@ -63,9 +63,9 @@ def cudnn_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
     else:
         mask_type = types.PADDING if padded else types.NO_MASK
     out_BxQxHxD = binding.dot_product_attention(
-        q_BxQxHxD, k_BxTxHxD, v_BxTxHxD, None, None, q_lengths, kv_lengths, q_offsets,
-        kv_offsets, scale=1.0 / float(D) ** 0.5, mask_type=mask_type, seed=seed,
-        dropout_rate=float(dropout_rate), qkv_layout="BTNH")
+        q_BxQxHxD, k_BxTxHxD, v_BxTxHxD, q_seqlen=q_lengths, kv_seqlen=kv_lengths,
+        q_offsets=q_offsets, kv_offsets=kv_offsets, scale=1.0 / float(D) ** 0.5,
+        mask_type=mask_type, seed=seed, dropout_rate=float(dropout_rate), qkv_layout="BTNH")
     if mask.packed:  # tokens outside every sequence: zeros, never cuDNN's unwritten rows
         real_BxQx1x1 = (mask.sequence_ids[:, :Q] > 0)[:, :, None, None]
         out_BxQxHxD = jnp.where(real_BxQx1x1, out_BxQxHxD, 0)

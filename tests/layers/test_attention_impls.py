@@ -170,15 +170,12 @@ class FakeBinding:
     def __init__(self):
         self.calls = []
 
-    def dot_product_attention(self, q, k, v, bias, mask, q_seqlen, kv_seqlen, q_offsets,
-                              kv_offsets, **kwargs):
+    def dot_product_attention(self, q, k, v, **kwargs):
         import inspect
 
         from jax._src.cudnn import fused_attention_stablehlo as real
-        inspect.signature(real.dot_product_attention).bind(
-            q, k, v, bias, mask, q_seqlen, kv_seqlen, q_offsets, kv_offsets, **kwargs)
-        self.calls.append(dict(q_seqlen=q_seqlen, kv_seqlen=kv_seqlen, q_offsets=q_offsets,
-                               **kwargs))
+        inspect.signature(real.dot_product_attention).bind(q, k, v, **kwargs)
+        self.calls.append(kwargs)
         return jnp.full(q.shape, 7.0, q.dtype)
 
 
