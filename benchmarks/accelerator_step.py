@@ -13,7 +13,7 @@ initial weights and on the same batch):
 Implementations:
 
   bertjax          bertjax's own sharded train step (`build_trainer`: AdamW + clip 1.0, finite
-                   guard, norms), bfloat16 compute with float32 parameters and optimizer
+                   guard), bfloat16 compute with float32 parameters and optimizer
                    state, fused attention (`attention_impl`, cuDNN on NVIDIA GPUs)
   torch-hf         transformers' model as its users train it: BertForPreTraining(labels=...)
                    / GPT2LMHeadModel(labels=...), SDPA attention, bf16 autocast, fused AdamW,
@@ -22,9 +22,8 @@ Implementations:
                    positions before the MLM head: the work bertjax does
   torch-compile    the faster eager torch row's model under torch.compile (default mode)
 
-Both sides: dropout 0.1 on embeddings and residual branches, no attention dropout (fused
-attention kernels do not drop out probabilities; `attention_dropout_rate=0` is bertjax's
-documented setting for them, as in MosaicBERT and ModernBERT). Generation: bfloat16 weights on
+Both sides: dropout 0.1 on embeddings and residual branches, no attention dropout (as the
+first tables ran; benchmarks/accelerator_levers.py times the paper's 0.1 in cuDNN's kernel). Generation: bfloat16 weights on
 both sides (bertjax casts its float32 parameters once), greedy, no stop token, so every row
 makes exactly the asked-for tokens; transformers runs `model.generate` with its default cache.
 
@@ -120,6 +119,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile_row", default="bert_large_128",
                    help="trace two bertjax steps of this row with jax.profiler (none: '')")
+    p.add_argument("--record", default=None,
+                   help="a results.json of an earlier run (on a GPU host): report it and, with "
+                        "--results_md, append it, measuring nothing")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--profile_dir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -709,12 +711,13 @@ def checks(results: list[dict]) -> list[str]:
 
 
 DIFFERENCES = (
-    "bertjax's step also computes the parameter norm and a finite-step guard (its train_step "
+    "bertjax's step also computes the gradient norm for a finite-step guard (its train_step "
     "as the training loop runs it); torch's steps do not",
     "torch-hf computes BERT's MLM logits at every position [B, L, V] (as BertForPreTraining "
     "does); bertjax and torch-gathered at the masked positions only, the like-for-like peer",
-    "no attention dropout on either side (BERT and GPT-2 train with 0.1; fused attention "
-    "kernels do not drop probabilities): both sides leave the same part out",
+    "no attention dropout on either side (BERT and GPT-2 train with 0.1), as in the first "
+    "tables: both sides leave the same part out (accelerator_levers.py times the paper's 0.1 "
+    "in cuDNN's kernel and on XLA's path)",
     "GPT-2: transformers shifts the labels itself, so it predicts L - 1 tokens per row where "
     "bertjax predicts L (one position in 1,024 more work for bertjax)",
     "generation: bertjax runs one jitted while_loop on the device, transformers generate() a "
@@ -776,6 +779,13 @@ def main(argv=None) -> None:
     if args.child:
         child_main(args)
         return
+    if args.record:  # a run measured elsewhere: report and record it here
+        saved = json.loads(pathlib.Path(args.record).read_text())
+        measured = parse_args(saved["command_line"])  # the run's own rows, mode and deadline
+        measured.command_line, measured.results_md = saved["command_line"], args.results_md
+        report(measured, saved["env"], saved["peak"], saved["results"], saved["skipped"],
+               saved.get("wall_s", 0.0), print)
+        return
     out = pathlib.Path(args.out or tempfile.mkdtemp(prefix="bertjax-accel-out-"))
     out.mkdir(parents=True, exist_ok=True)
     args.out_dir = out
@@ -812,7 +822,17 @@ def main(argv=None) -> None:
             base = min(eager_rows, key=lambda r: r["step_s"])["impl"] if eager_rows else "torch-hf"
             run(what="train", row=row.name, impl="torch-compile", batch=chosen[row.name],
                 compile_base=base)
-    text = table(run.results, args.row_list, peak, env)
+    (out / "results.json").write_text(json.dumps(
+        {"env": env, "peak": peak, "results": run.results, "skipped": run.skipped,
+         "wall_s": run.elapsed(), "command_line": args.command_line}, indent=1))
+    report(args, env, peak, run.results, run.skipped, run.elapsed(), log)
+    log(f"total {run.elapsed():.0f} s; results in {out}")
+
+
+def report(args, env: dict, peak: dict | None, results: list[dict], skipped: list[str],
+           wall_s: float, log) -> None:
+    """The run's table, notes and ratios; with --results_md, appended to that file."""
+    text = table(results, args.row_list, peak, env)
     nominal = nominal_peak(env["device"])
     header = (f"### Accelerator step, {env['date']}: {env['device']}"
               f"{' (quick mode: CPU, tiny sizes; numbers mean nothing)' if args.quick else ''}\n\n"
@@ -825,25 +845,22 @@ def main(argv=None) -> None:
                  f"{peak['torch_flops_per_s'] / 1e12:.0f} TFLOP/s" if peak else "-")
               + (f"; nominal dense bf16 peak {nominal / 1e12:.0f} TFLOP/s" if nominal else "")
               + ".\n")
-    failed = [r for r in run.results if not r.get("ok")]
+    failed = [r for r in results if not r.get("ok")]
     notes = [f"- {'OOM' if r.get('oom') else 'failed'}: {r.get('row', r.get('what'))} "
              f"{r.get('impl', '')} batch {r.get('batch', '-')}: "
              f"{' '.join(r.get('error', '').split())[:200]}" for r in failed]
-    notes += [f"- not run (deadline {args.deadline_s:.0f} s): {s}" for s in run.skipped]
-    notes += checks(run.results)
-    report = header + "\n" + text + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
-    log("\n" + report)
+    notes += [f"- not run (deadline {args.deadline_s:.0f} s): {s}" for s in skipped]
+    notes += checks(results)
+    section = header + "\n" + text + "\n" + ("\n" + "\n".join(notes) + "\n" if notes else "")
+    log("\n" + section)
     log("what differs from the same work on both sides:\n"
         + "\n".join(f"  - {line}" for line in DIFFERENCES))
-    for measure, value in ratios(run.results):
+    for measure, value in ratios(results):
         log(f"ratio {measure}: {value:.2f}x")
-    (out / "results.json").write_text(json.dumps(
-        {"env": env, "peak": peak, "results": run.results, "skipped": run.skipped}, indent=1))
     if args.results_md:
         results_record.append(pathlib.Path(args.results_md), [
-            record(args, env, run.results, header, text, notes, run.elapsed())])
+            record(args, env, results, header, text, notes, wall_s)])
         log(f"appended the run to {args.results_md} and regenerated its summary")
-    log(f"total {run.elapsed():.0f} s; results in {out}")
 
 
 if __name__ == "__main__":
