@@ -23,9 +23,10 @@ Implementations:
   torch-compile    the faster eager torch row's model under torch.compile (default mode)
 
 Both sides: dropout 0.1 on embeddings and residual branches, no attention dropout (as the
-first tables ran; benchmarks/accelerator_levers.py times the paper's 0.1 in cuDNN's kernel). Generation: bfloat16 weights on
-both sides (bertjax casts its float32 parameters once), greedy, no stop token, so every row
-makes exactly the asked-for tokens; transformers runs `model.generate` with its default cache.
+first tables ran; benchmarks/accelerator_levers.py times the paper's 0.1 in cuDNN's kernel).
+Generation: bfloat16 weights on both sides (bertjax casts its float32 parameters once),
+greedy, no stop token, so every row makes exactly the asked-for tokens; transformers runs
+`model.generate` with its default cache.
 
 Reported per row: sequences/s, tokens/s, peak device memory, and MFU against (a) the chip's
 nominal dense bf16 peak and (b) a bf16 matrix product (8192^3) timed in the same run. Model
