@@ -21,7 +21,7 @@ from bertjax.training.metrics import MetricsError, read_metrics
 METRICS, RESULTS, CONFIG, INIT = "metrics.jsonl", "eval_results.json", "config.gin", "init.txt"
 # Bookkeeping scalars a results table leaves out (they are in metrics.jsonl for whoever wants).
 NOT_RESULTS = ("step", "grad_norm", "param_norm", "nonfinite", "skipped_steps", "seq_length",
-               "tokens_per_second", "learning_rate")
+               "tokens_per_second", "real_tokens_per_second", "learning_rate")
 _BINDING = re.compile(r"^([\w.]+)=(.*)$")
 
 
