@@ -481,7 +481,7 @@ def report(r: dict) -> str:
         "  step ms: median wall time of the timed steps (tokens/s and MFU use it); best ms: the "
         "fastest step; CPU ms: median process CPU time per step, all threads",
         "  what differs from the same work on both sides:",
-        "    - bertjax's step also computes the parameter norm and a finite-step guard (its "
+        "    - bertjax's step also computes the gradient norm for a finite-step guard (its "
         "train_step as the training loop runs it); torch's steps do not",
         "    - torch-hf computes MLM logits at every position [B,L,V] (as BertForPreTraining "
         "does); bertjax and torch-gathered at the masked positions only [B,P,V], so "

@@ -205,7 +205,7 @@ def main(argv=None) -> None:
     print("  what differs from the same work on both sides:")
     print("    - both sides leave out two parts of ELMo's training step: dropout, and the LSTM "
           "cell and projection clipping (torch.nn.LSTM has none)")
-    print("    - bertjax's step also computes the parameter norm and a finite-step guard; "
+    print("    - bertjax's step also computes the gradient norm for a finite-step guard; "
           "torch's does not")
     print(f"  ratio bertjax / torch: {rates['bertjax'] / rates['torch']:.2f}x")
 

@@ -138,7 +138,7 @@ def differences(rates: list[float]) -> list[str]:
                      "with 0.1), leaving out a known part of bertjax's step cost; the "
                      "'dropout 0.1' row has it on on both sides")
     if rates:
-        lines.append("bertjax's train step also computes the parameter norm and a finite-step "
+        lines.append("bertjax's train step also computes the gradient norm for a finite-step "
                      "guard (its train_step as the loop runs it); torch's does not")
     lines.append("generation: transformers' generate() is told min_new_tokens so both sides "
                  "make every token; bertjax's loop is one jitted while_loop, transformers' a "
