@@ -39,6 +39,15 @@ class Recipe:
     # input columns of TSV/CSV/JSONL files (None: detected from the header)
     text_columns: tuple[str, ...] | None = None
     label_column: str | None = None
+    # the classes in the task's own numbering, class i at output i (None: the dataset's, as
+    # TFDS numbers them, else the training labels sorted); what an export's id2label says
+    labels: tuple[str, ...] | None = None
+    # the class whose F1 a two-class pair task reports (None: class 1 of a numbered dataset,
+    # GLUE's: MRPC equivalent, QQP duplicate; no F1 for names without a numbering)
+    positive_label: str | None = None
+    # the dev metric that keeps the best checkpoint (None: the task type's first; GLUE
+    # ranks CoLA by mcc, MRPC and QQP by f1, and bertjax-glue sets it so)
+    main_metric: str | None = None
     # extractive QA
     doc_stride: int = 128
     max_query_length: int = 64
@@ -77,5 +86,6 @@ class Recipe:
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             raise ValueError(f"finetune.eval_batch_size is {self.eval_batch_size!r}: set it "
                              "above 0, or None for batch_size")
-        if self.text_columns is not None:
-            object.__setattr__(self, "text_columns", tuple(self.text_columns))
+        for name in ("text_columns", "labels"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))

@@ -25,7 +25,7 @@ from bertjax import files
 from bertjax.finetune import official
 from bertjax.finetune.adapter import check_supported
 from bertjax.finetune.evaluate import make_evaluator
-from bertjax.finetune.examples import Example
+from bertjax.finetune.examples import Example, Examples
 from bertjax.finetune.families import get_adapter
 from bertjax.finetune.pretrained import Pretrained, load_pretrained
 from bertjax.finetune.recipe import Recipe
@@ -65,7 +65,8 @@ def _examples(data: Data, recipe: Recipe, split_hint: str) -> tuple[list[Example
         task = get_task(recipe.task)
         return task.read(data, text_columns=recipe.text_columns,
                          label_column=recipe.label_column, split_hint=split_hint), str(data)
-    return list(data), f"the {split_hint} examples"
+    examples = data if isinstance(data, Examples) else list(data)  # keeps a label order
+    return examples, f"the {split_hint} examples"
 
 
 def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,

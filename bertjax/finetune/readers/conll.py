@@ -88,6 +88,12 @@ def from_tfds(where: str, rows: Sequence[Mapping[str, Any]], reading: Reading, *
     return sentences
 
 
+def label_feature(where: str, features: Sequence[str], configured: str | None) -> str:
+    """The tag feature of TFDS rows, as `from_tfds` picks it (its class names are the label
+    order: conll2003's ner is O, B-PER, I-PER, ...)."""
+    return _feature(where, features, configured, TAG_FEATURES, LABEL_SETTING)
+
+
 def _feature(where: str, features: Sequence[str], configured: str | None,
              known: Sequence[str], setting: str) -> str:
     candidates = [configured] if configured else list(known)
