@@ -84,9 +84,3 @@ def make_evaluator(setup: TaskSetup, every: int, batch_size: int) -> Evaluator:
         return EvalResult({k: float(v) for k, v in scores.items()}, rows, extra, files)
 
     return Evaluator(evaluate, setup.main_metric, every)
-
-
-def score_examples(setup: TaskSetup, params: Any, examples: Sequence[Example],
-                   batch_size: int) -> dict[str, float]:
-    """The task's metrics of `params` on labelled examples (see `scored_predictions`)."""
-    return scored_predictions(setup, params, examples, batch_size)[0]
