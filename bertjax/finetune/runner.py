@@ -87,7 +87,8 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
                                                                        lower_case=lower_case)
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name)
     steps = num_steps(recipe, len(next(iter(setup.train.values()))))
-    tx = make_optimizer("adamw", recipe.learning_rate, math.ceil(recipe.warmup_fraction * steps),
+    tx = make_optimizer(recipe.optimizer, recipe.learning_rate,
+                        math.ceil(recipe.warmup_fraction * steps),
                         steps, eps=recipe.adam_epsilon, weight_decay=recipe.weight_decay,
                         frozen=setup.frozen)
     length = setup.adapter.seq_length(setup.train)
