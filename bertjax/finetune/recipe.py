@@ -118,7 +118,10 @@ class Recipe:
     # Table 5's "LTR & No NSP + BiLSTM"
     bilstm: bool = False
     # ELMo: L2 weight on the mix's s, mix placement, dropout on ELMo vectors, top layer only,
-    # the width of the task's own word vectors x_k beside ELMo_k (0: ELMo alone)
+    # the width of the task's own word vectors x_k beside ELMo_k (0: ELMo alone), and how
+    # often training reads a word as the unknown word, so that row of x is trained (this
+    # project's value; every training word is in the task vocabulary)
+    word_dropout: float = 0.05
     mix_l2: float = 0.001
     placement: str = "input"  # or "input_output"
     elmo_dropout: float = 0.5
@@ -142,6 +145,9 @@ class Recipe:
                      "length_buckets", "lstm_layers"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"finetune.{name} is {getattr(self, name)!r}: set it above 0")
+        if not 0 <= self.word_dropout < 1:
+            raise ValueError(f"finetune.word_dropout is {self.word_dropout!r}: choose a "
+                             "probability in [0, 1)")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             raise ValueError(f"finetune.eval_batch_size is {self.eval_batch_size!r}: set it "
                              "above 0, or None for batch_size")
