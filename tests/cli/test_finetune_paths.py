@@ -194,4 +194,29 @@ def test_each_gpt_input_transformation(tiny_gpt, glue_dir, tmp_path, recipe, dat
     logged = [json.loads(line) for line in
               (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("lm_loss" in m and "task_loss" in m for m in logged)  # L3 = L2 + lambda L1
-    assert results["final"]
+    expected = reference_metrics(recipe, rows)  # one evaluation: predictions.jsonl is it
+    assert set(results["final"]) == set(expected), results["final"]
+    for name, value in expected.items():
+        assert results["final"][name] == pytest.approx(value, abs=1e-6, nan_ok=True), name
+
+
+def reference_metrics(recipe, rows):
+    """A recipe's dev metrics from its predictions, by scikit-learn and scipy: what the run
+    reports for its task type (GLUE's 0 / 1 MRPC: F1 of class 1)."""
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    gold, pred = [r["gold"] for r in rows], [r["prediction"] for r in rows]
+    if recipe == "gpt_similarity":
+        constant = len(set(pred)) == 1 or len(set(gold)) == 1
+        return {"pearson": np.nan if constant else pearsonr(gold, pred).statistic,
+                "spearman": np.nan if constant else spearmanr(gold, pred).statistic}
+    scores = {"accuracy": accuracy_score(gold, pred)}
+    if recipe == "gpt_classification":
+        labels = sorted(set(gold) | set(pred))
+        scores["mcc"] = matthews_corrcoef(gold, pred)
+        scores["macro_f1"] = f1_score(gold, pred, labels=labels, average="macro",
+                                      zero_division=0)
+    if recipe == "gpt_paraphrase":
+        scores["f1"] = f1_score(gold, pred, pos_label="1", zero_division=0)
+    return scores
