@@ -54,8 +54,10 @@ class RunOutcome:
 
 
 def num_steps(recipe: Recipe, num_examples: int) -> int:
-    """Training steps of `recipe.epochs` passes over `num_examples` rows (the last batch of
-    the run completes from the next epoch's rows)."""
+    """Training steps of `recipe.epochs` passes over `num_examples` training examples (the
+    last batch of the run completes from the next epoch's rows). Examples, not encoded rows:
+    a SQuAD question read in several windows counts once, as run_squad.py counts its
+    num_train_steps (len(train_examples) / batch * epochs); the batches are still windows."""
     return max(1, math.ceil(recipe.epochs * num_examples / recipe.batch_size))
 
 
@@ -86,7 +88,7 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
     model = init if isinstance(init, Pretrained) else load_pretrained(init, recipe.family,
                                                                        lower_case=lower_case)
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name)
-    steps = num_steps(recipe, len(next(iter(setup.train.values()))))
+    steps = num_steps(recipe, len(train_examples))
     tx = make_optimizer(recipe.optimizer, recipe.learning_rate,
                         math.ceil(recipe.warmup_fraction * steps),
                         steps, eps=recipe.adam_epsilon, weight_decay=recipe.weight_decay,

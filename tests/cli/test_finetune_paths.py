@@ -12,6 +12,7 @@ model so the mechanism, not the model, is what is checked:
 
 import importlib.util
 import json
+import math
 import pathlib
 
 import jax
@@ -79,6 +80,18 @@ def official_scores(workdir, eval_file):
     return 100 * np.mean(exact), 100 * np.mean(f1)
 
 
+def squad_windows(init, train):
+    """How many 128-token windows (stride 64, questions cut to 32) the training file's
+    questions are read in."""
+    from bertjax.finetune import qa
+    from bertjax.finetune.tasks import read_task
+
+    vocab = load_pretrained(str(init), "bert").tokenizer
+    _, windows = qa.qa_features(read_task(train, "qa"), vocab, max_seq_length=128,
+                                doc_stride=64, max_query_length=32, training=True)
+    return len(windows)
+
+
 SQUAD_QUICK = ["--gin.finetune.max_seq_length=128", "--gin.finetune.doc_stride=64",
                "--gin.finetune.max_query_length=32", "--gin.finetune.batch_size=16",
                "--gin.finetune.learning_rate=1e-3", "--gin.finetune.epochs=1.0"]
@@ -91,6 +104,12 @@ def test_squad_end_to_end(tiny_bert, squad_dev, tmp_path, version, recipe):
     dev = squad_file(tmp_path / "dev.json", (squad_dev, 1), 4, answerable_only, version)
     results = finetune(recipe, tiny_bert, train, dev, tmp_path / "run", *SQUAD_QUICK)
     final = results["final"]
+    # an epoch is a pass over the questions, as run_squad.py counts num_train_steps, not over
+    # the (more) windows they are read in
+    questions = [qa for article in json.loads(train.read_text())["data"]
+                 for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    assert results["step"] == math.ceil(1.0 * len(questions) / 16)
+    assert results["step"] < math.ceil(squad_windows(tiny_bert, train) / 16)
     exact, f1 = official_scores(tmp_path / "run", dev)
     assert final["exact"] == pytest.approx(exact, abs=1e-9)
     assert final["f1"] == pytest.approx(f1, abs=1e-9)
