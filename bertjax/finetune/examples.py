@@ -38,12 +38,13 @@ class TextExample:
 @dataclasses.dataclass(frozen=True)
 class TaggedSentence:
     """A sentence's tokens and one tag per token (NER: IOB tags such as "B-PER"). `document`
-    numbers the document the sentence belongs to (CoNLL's -DOCSTART- lines), in file order."""
+    numbers the document the sentence belongs to (CoNLL's -DOCSTART- lines), in file order;
+    None where the data marks no documents (a file without -DOCSTART-, TFDS's conll2003)."""
 
     id: str
     tokens: tuple[str, ...]
     tags: tuple[str, ...]
-    document: int = 0
+    document: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -149,12 +149,22 @@ def test_feature_based_tagging_keeps_the_encoder_frozen(tiny_bert, tmp_path):
 
 
 def test_tagging_with_document_context(tiny_bert, tmp_path):
-    results = finetune("bert_tagging", tiny_bert, CONLL, CONLL, tmp_path / "run",
-                       "--gin.finetune.document_context=True", "--gin.finetune.batch_size=8",
-                       "--gin.finetune.max_seq_length=96", "--gin.finetune.length_buckets=1")
-    rows = predictions(tmp_path / "run")
-    assert len(rows) == 7 and "f1" in results["final"]
-    assert [len(r["prediction"]) for r in rows] == [len(r["gold"]) for r in rows]
+    """The run with document context against the same run without it: same seed, same
+    initialisation, so only the inputs can make their training losses differ (which inputs:
+    tests/finetune/test_bert_inputs.py)."""
+    losses = {}
+    for flag in (True, False):
+        run = tmp_path / f"context_{flag}"
+        results = finetune("bert_tagging", tiny_bert, CONLL, CONLL, run,
+                           f"--gin.finetune.document_context={flag}",
+                           "--gin.finetune.batch_size=8", "--gin.finetune.max_seq_length=96",
+                           "--gin.finetune.length_buckets=1")
+        rows = predictions(run)
+        assert len(rows) == 7 and "f1" in results["final"]
+        assert [len(r["prediction"]) for r in rows] == [len(r["gold"]) for r in rows]
+        losses[flag] = [json.loads(line)["loss"] for line in
+                        (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert losses[True] and losses[True] != losses[False]
 
 
 # ----------------------------------------------------------------------------- GPT
