@@ -113,7 +113,8 @@ def _from_google(path: pathlib.Path, family: str, lower_case: bool | None) -> Pr
     if not vocab_file.is_file():
         raise InitError(f"--init={path}: has no {google_bert.VOCAB}: put the vocab.txt "
                         "released with this checkpoint beside it")
-    vocab = WordPieceVocabulary(vocab_file, lower_case=lower)
+    # the rules of tokenization.py, which Google's checkpoints were trained with
+    vocab = WordPieceVocabulary(vocab_file, lower_case=lower, rules="google")
     if vocab.vocab_size != config.vocab_size:
         raise InitError(f"--init={path}: vocab.txt has {vocab.vocab_size} tokens but "
                         f"bert_config.json {config.vocab_size}: pass the directory's own vocab.txt")
