@@ -76,7 +76,8 @@ def bertjax_run(args, model_dir, train, dev, packed_sequences=0):
     recipe = Recipe("bert", "classification", learning_rate=args.learning_rate,
                     batch_size=args.batch_size, epochs=args.epochs,
                     max_seq_length=args.seq_length, eval_batch_size=64,
-                    packed_sequences=packed_sequences)
+                    packed_sequences=packed_sequences,
+                    optimizer="adamw")  # as the torch side's AdamW with linear warmup/decay
     model = load_pretrained(str(model_dir), "bert")
     start = time.perf_counter()  # as on the torch side: tokenize, train, evaluate
     with tempfile.TemporaryDirectory() as workdir:

@@ -11,6 +11,9 @@ classification, bert_pair_classification, bert_regression; GPT: gpt_classificati
 gpt_entailment, gpt_paraphrase for MRPC and QQP, gpt_similarity for STS-B), with the
 --gin.finetune.NAME=VALUE bindings on top. Runs live in WORKDIR/TASK/lr_RATE/seed_SEED and
 re-running resumes; the table goes to stdout, WORKDIR/glue_results.md and glue_results.json.
+Its scores are dev-set scores (the BERT paper's GLUE average is of test-server scores); with
+--lr_grid the rate is chosen on the same dev sets unless --lr_select=heldout chooses it on a
+held-out part of train (--heldout_fraction).
 """
 
 import pathlib
@@ -56,6 +59,12 @@ def define_flags() -> None:
                        "(seeds 0 .. N-1).")
     runner.define_once(flags.DEFINE_bool, "lr_grid", False, "Run the BERT paper's learning "
                        "rates (5e-5, 4e-5, 3e-5, 2e-5) and keep each task's best on dev.")
+    runner.define_once(string, "lr_select", "dev", "Where --lr_grid chooses each task's rate: "
+                       "'dev' (as the BERT paper: the reported dev scores are then those of a "
+                       "rate chosen on them) or 'heldout' (a held-out part of train that no "
+                       "run trains on, which also keeps each run's best checkpoint).")
+    runner.define_once(flags.DEFINE_float, "heldout_fraction", 0.1, "With --lr_select=heldout: "
+                       "the share of each task's training set held out.")
     runner.define_once(flags.DEFINE_bool, "progress", True, "Show the progress bar.")
     runner.define_once(flags.DEFINE_bool, "do_lower_case", None, "Whether a Google BERT "
                        "--init is uncased; needed when its directory name says neither.")
@@ -90,6 +99,12 @@ def main() -> None:
     if FLAGS.lr_grid and FLAGS.family != "bert":
         raise gin_utils.ConfigError("--lr_grid is the BERT paper's grid; GPT's paper uses one "
                                     "rate (6.25e-5): drop --lr_grid")
+    if FLAGS.lr_select not in glue.SELECTIONS:
+        raise gin_utils.ConfigError(f"--lr_select={FLAGS.lr_select}: choose one of "
+                                    f"{', '.join(glue.SELECTIONS)}")
+    if FLAGS.lr_select == "heldout" and not 0 < FLAGS.heldout_fraction < 1:
+        raise gin_utils.ConfigError(f"--heldout_fraction={FLAGS.heldout_fraction}: choose a "
+                                    "fraction in (0, 1)")
     if FLAGS.seeds < 1:
         raise gin_utils.ConfigError(f"--seeds={FLAGS.seeds}: run at least 1")
     glue_dir = None if FLAGS.glue_dir == "tfds" else pathlib.Path(FLAGS.glue_dir)
@@ -106,7 +121,8 @@ def main() -> None:
         model, glue.GlueData(glue_dir), tasks, recipes, workdir,
         seeds=range(FLAGS.seeds), learning_rates=glue.BERT_LEARNING_RATES if FLAGS.lr_grid
         else None, mesh=mesh, show_progress=FLAGS.progress,
-        log=lambda line: print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True))
+        log=lambda line: print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True),
+        select_on=FLAGS.lr_select, heldout_fraction=FLAGS.heldout_fraction)
     if report is None:  # stopped by a signal: the run said where
         return
     print(report.table(), end="")

@@ -247,7 +247,8 @@ def _gpt_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, C
                               "export the pretrained GPT instead")
         return hf_tokenizer.write_bpe(out, trained.workdir / files["vocab"],
                                       trained.workdir / files["merges"],
-                                      config.max_position_embeddings, task_tokens)
+                                      config.max_position_embeddings, task_tokens,
+                                      openai_gpt=tokenizer.get("kind") == "openai_bpe")
 
     return config_json["architectures"][0], tensors, config_json, write_tokenizer
 

@@ -2,8 +2,9 @@
 
     WordPiece (BERT):         vocab.txt, tokenizer_config.json (BertTokenizer, do_lower_case),
                               special_tokens_map.json
-    byte-level BPE (GPT):     vocab.json, merges.txt, tokenizer_config.json (GPT2Tokenizer),
+    byte-level BPE (GPT-2):   vocab.json, merges.txt, tokenizer_config.json (GPT2Tokenizer),
                               special_tokens_map.json
+    GPT-1's BPE (openai_bpe): the same files, tokenizer_config.json naming OpenAIGPTTokenizer
 
 bertjax's WordPiece follows google-research/bert's BasicTokenizer + WordPiece, as
 transformers' BertTokenizer does (accents stripped exactly when lower-casing, Chinese
@@ -19,6 +20,7 @@ from typing import Any
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]",
                  "cls_token": "[CLS]", "mask_token": "[MASK]"}
 END_OF_TEXT = "<|endoftext|>"
+OPENAI_UNKNOWN = "<unk>"  # GPT-1's unknown token
 
 
 def _write_json(path: pathlib.Path, value: Any) -> None:
@@ -45,17 +47,23 @@ def write_wordpiece(out: str | os.PathLike, vocab_file: str | os.PathLike, lower
 
 def write_bpe(out: str | os.PathLike, vocab_json: str | os.PathLike,
               merges_txt: str | os.PathLike, max_length: int,
-              added_tokens: tuple[str, ...] = ()) -> list[str]:
-    """Write a GPT2Tokenizer's files for byte-level BPE files; the file names written.
+              added_tokens: tuple[str, ...] = (), openai_gpt: bool = False) -> list[str]:
+    """Write a GPT2Tokenizer's files for byte-level BPE files (with `openai_gpt`, an
+    OpenAIGPTTokenizer's for GPT-1's character-level BPE); the file names written.
     `added_tokens` are appended after the vocabulary (GPT fine-tuning's special tokens)."""
     out = pathlib.Path(out)
     vocab = json.loads(pathlib.Path(vocab_json).read_text(encoding="utf-8"))
     shutil.copyfile(vocab_json, out / "vocab.json")
     shutil.copyfile(merges_txt, out / "merges.txt")
-    specials = ({"bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT, "unk_token": END_OF_TEXT}
-                if END_OF_TEXT in vocab else {})
-    config: dict[str, Any] = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
-                              "model_max_length": max_length, **specials}
+    if openai_gpt:
+        specials = {"unk_token": OPENAI_UNKNOWN} if OPENAI_UNKNOWN in vocab else {}
+        config: dict[str, Any] = {"tokenizer_class": "OpenAIGPTTokenizer",
+                                  "model_max_length": max_length, **specials}
+    else:
+        specials = ({"bos_token": END_OF_TEXT, "eos_token": END_OF_TEXT,
+                     "unk_token": END_OF_TEXT} if END_OF_TEXT in vocab else {})
+        config = {"tokenizer_class": "GPT2Tokenizer", "add_prefix_space": False,
+                  "model_max_length": max_length, **specials}
     if added_tokens:
         first = max(vocab.values()) + 1
         config["added_tokens_decoder"] = {

@@ -56,14 +56,17 @@ def predict_arrays(setup: TaskSetup, params: Any, inputs: Arrays, batch_size: in
                            setup.buckets, setup.token_outputs)
 
 
-def score_examples(setup: TaskSetup, params: Any, examples: Sequence[Example],
-                   batch_size: int) -> dict[str, float]:
-    """The task's metrics of `params` on other labelled examples than the run's dev set
-    (e.g. MNLI's mismatched dev set), encoded and decoded as the dev set is."""
+def scored_predictions(setup: TaskSetup, params: Any, examples: Sequence[Example],
+                       batch_size: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The task's metrics of `params` on labelled examples (the run's dev set or another,
+    e.g. MNLI's mismatched one), encoded and decoded as the dev set is, and the prediction
+    rows ({"id", "prediction", "gold"}) they were computed from."""
     inputs, data = setup.encode_unlabelled(examples)
     data = dataclasses.replace(data, golds=setup.task.golds(examples))
     predictions, _ = setup.task.decode(predict_arrays(setup, params, inputs, batch_size), data)
-    return setup.task.measure(predictions, data)
+    rows = [{"id": i, "prediction": p, "gold": g}
+            for i, p, g in zip(data.ids, predictions, data.golds, strict=True)]
+    return setup.task.measure(predictions, data), rows
 
 
 def make_evaluator(setup: TaskSetup, every: int, batch_size: int) -> Evaluator:
@@ -80,4 +83,4 @@ def make_evaluator(setup: TaskSetup, every: int, batch_size: int) -> Evaluator:
         extra = {**extra, **setup.report(state.params)}
         return EvalResult({k: float(v) for k, v in scores.items()}, rows, extra, files)
 
-    return Evaluator(evaluate, setup.task.main_metric, every)
+    return Evaluator(evaluate, setup.main_metric, every)

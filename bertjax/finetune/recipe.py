@@ -1,14 +1,61 @@
 """A fine-tuning recipe: the family, the task type and the hyper-parameters (gin: `finetune`).
 
-configs/finetune/*.gin hold the papers' recipes (tests/finetune/test_recipes.py compares each
-with the papers' tables): BERT (lr 5e-5 / 4e-5 / 3e-5 / 2e-5, batch 32, 3 epochs, 10% warmup,
-dropout 0.1), GPT (lr 6.25e-5, batch 32, 3 epochs, 0.2% warmup, lambda 0.5), ELMo (a frozen
-biLM mixed into a task BiLSTM beside the task's word vectors, lambda 0.001 on the mix weights).
+A recipe starts from its family's paper values, `PAPER_DEFAULTS` below: the one source of
+them, for the Python API (`Recipe("gpt", "classification")` is GPT's recipe) and for the gin
+recipes in configs/finetune/, which bind only what a task changes (tests/finetune/
+test_recipes.py compares both with the papers' tables):
+
+    BERT  lr 5e-5 (the paper's grid: 5e-5 / 4e-5 / 3e-5 / 2e-5), batch 32, 3 epochs, dropout
+          0.1 (section 4.1, A.3); from google-research/bert's run_classifier.py: its own
+          AdamWeightDecay ("bert_adam": no bias correction, linear decay from step 0 under a
+          10% warmup), weight decay 0.01 off LayerNorm and biases, epsilon 1e-6, 128 tokens
+    GPT   lr 6.25e-5, batch 32, 3 epochs, warmup over 0.2% of training then linear decay,
+          dropout 0.1 on the classifier, lambda 0.5, L2 0.01 (section 4.1); Adam epsilon 1e-8
+          (openai/finetune-transformer-lm)
+    ELMo  a frozen biLM mixed into a task BiLSTM of 256 beside 100-d task word vectors
+          ([x_k; ELMo_k]), lambda 0.001 on the mix weights (sections 3.3, 5.1); Adam lr 1e-3,
+          epsilon 1e-8, no weight decay (AllenNLP's configurations); batch 32, 10 epochs, 2%
+          warmup, dropout 0.2 are this project's, the paper giving none
+
+`TASK_DEFAULTS` holds where a paper's task recipe departs from its family's (SQuAD's
+384-token windows, SWAG's lr 2e-5 at batch 16, ELMo's NER model).
+
 The task type names one of bertjax.finetune.tasks, the (family, approach) one of
 bertjax.finetune.families; `bertjax.finetune.run` looks both up before it reads anything.
 """
 
 import dataclasses
+from typing import Any
+
+from bertjax.training.optim import OPTIMIZERS
+
+_TRANSFORMER = dict(approach="fine_tune", batch_size=32, epochs=3.0, weight_decay=0.01,
+                    dropout=0.1, max_seq_length=128, lstm_size=768, lstm_layers=1,
+                    word_embed_dim=0)
+# family: the settings a recipe of that family starts from (None in a Recipe field: this)
+PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "bert": dict(_TRANSFORMER, learning_rate=5e-5, warmup_fraction=0.1, adam_epsilon=1e-6,
+                 optimizer="bert_adam"),
+    "gpt": dict(_TRANSFORMER, learning_rate=6.25e-5, warmup_fraction=0.002,
+                adam_epsilon=1e-8, optimizer="adamw"),
+    "elmo": dict(approach="features", learning_rate=1e-3, batch_size=32, epochs=10.0,
+                 warmup_fraction=0.02, weight_decay=0.0, adam_epsilon=1e-8, optimizer="adamw",
+                 dropout=0.2, max_seq_length=64, lstm_size=256, lstm_layers=1,
+                 word_embed_dim=100),
+}
+# (family, task type): where that paper's task recipe departs from its family's
+TASK_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("bert", "qa"): dict(max_seq_length=384),  # run_squad.py's windows (SQuAD 1.1, 4.2)
+    ("bert", "multiple_choice"): dict(learning_rate=2e-5, batch_size=16),  # SWAG, 4.4
+    # the paper's NER model as AllenNLP configures it (training_config/ner_elmo.jsonnet)
+    ("elmo", "tagging"): dict(lstm_size=200, lstm_layers=2, dropout=0.5, batch_size=64,
+                              word_embed_dim=50, max_seq_length=128),
+}
+
+
+def paper_defaults(family: str, task: str) -> dict[str, Any]:
+    """The settings a `family` recipe for `task` starts from (see the module docstring)."""
+    return {**PAPER_DEFAULTS[family], **TASK_DEFAULTS.get((family, task), {})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,15 +64,18 @@ class Recipe:
 
     family: str
     task: str
-    approach: str = "fine_tune"  # or "features" (BERT section 5.3; ELMo is feature-based)
-    learning_rate: float = 5e-5
-    batch_size: int = 32
-    epochs: float = 3.0
-    warmup_fraction: float = 0.1
-    weight_decay: float = 0.01
-    adam_epsilon: float = 1e-6  # google-research/bert's AdamWeightDecayOptimizer; GPT: 1e-8
-    dropout: float = 0.1
-    max_seq_length: int = 128
+    # "fine_tune", or "features" (BERT section 5.3; ELMo's only approach); None: the family's
+    approach: str | None = None
+    # None in the fields below: the paper's value for the family and task (paper_defaults)
+    learning_rate: float | None = None
+    batch_size: int | None = None
+    epochs: float | None = None
+    warmup_fraction: float | None = None
+    weight_decay: float | None = None
+    adam_epsilon: float | None = None
+    optimizer: str | None = None  # "adamw", "bert_adam" (google-research/bert's) or "lamb"
+    dropout: float | None = None
+    max_seq_length: int | None = None
     # BERT fine-tuning: batches of rows of similar length, padded to at most this many lengths
     # (multiples of max(32, max_seq_length / length_buckets)); 1 pads every batch to
     # max_seq_length. Sets at most this many compiled shapes (see length_buckets.py).
@@ -43,6 +93,15 @@ class Recipe:
     # input columns of TSV/CSV/JSONL files (None: detected from the header)
     text_columns: tuple[str, ...] | None = None
     label_column: str | None = None
+    # the classes in the task's own numbering, class i at output i (None: the dataset's, as
+    # TFDS numbers them, else the training labels sorted); what an export's id2label says
+    labels: tuple[str, ...] | None = None
+    # the class whose F1 a two-class pair task reports (None: class 1 of a numbered dataset,
+    # GLUE's: MRPC equivalent, QQP duplicate; no F1 for names without a numbering)
+    positive_label: str | None = None
+    # the dev metric that keeps the best checkpoint (None: the task type's first; GLUE
+    # ranks CoLA by mcc, MRPC and QQP by f1, and bertjax-glue sets it so)
+    main_metric: str | None = None
     # extractive QA
     doc_stride: int = 128
     max_query_length: int = 64
@@ -54,8 +113,8 @@ class Recipe:
     # feature-based models: BERT's layer combination (Table 7), the BiLSTM width (and, for
     # ELMo's task BiLSTM, its layers; BERT's feature-based tagger has Table 7's two)
     features: str = "concat_last_four"
-    lstm_size: int = 768
-    lstm_layers: int = 1
+    lstm_size: int | None = None
+    lstm_layers: int | None = None
     # BERT tagging: read each sentence with its document's neighbouring sentences around it
     # (untagged), as the paper's CoNLL results do (section 5.3)
     document_context: bool = False
@@ -63,14 +122,26 @@ class Recipe:
     # Table 5's "LTR & No NSP + BiLSTM"
     bilstm: bool = False
     # ELMo: L2 weight on the mix's s, mix placement, dropout on ELMo vectors, top layer only,
-    # the width of the task's own word vectors x_k beside ELMo_k (0: ELMo alone)
+    # the width of the task's own word vectors x_k beside ELMo_k (0: ELMo alone), and how
+    # often training reads a word as the unknown word, so that row of x is trained (this
+    # project's value; every training word is in the task vocabulary)
+    word_dropout: float = 0.05
     mix_l2: float = 0.001
     placement: str = "input"  # or "input_output"
     elmo_dropout: float = 0.5
     top_layer_only: bool = False
-    word_embed_dim: int = 0
+    word_embed_dim: int | None = None
 
     def __post_init__(self) -> None:
+        if self.family not in PAPER_DEFAULTS:
+            raise ValueError(f"finetune.family is {self.family!r}: choose one of "
+                             f"{', '.join(PAPER_DEFAULTS)}")
+        for name, value in paper_defaults(self.family, self.task).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"finetune.optimizer is {self.optimizer!r}: choose one of "
+                             f"{', '.join(OPTIMIZERS)}")
         if self.placement not in ("input", "input_output"):
             raise ValueError(f"finetune.placement is {self.placement!r}: choose one of input, "
                              "input_output")
@@ -81,8 +152,12 @@ class Recipe:
         if self.packed_sequences < 0 or self.packed_sequences == 1:
             raise ValueError(f"finetune.packed_sequences is {self.packed_sequences!r}: set 0 (one "
                              "example per row) or the most examples a row holds (2+)")
+        if not 0 <= self.word_dropout < 1:
+            raise ValueError(f"finetune.word_dropout is {self.word_dropout!r}: choose a "
+                             "probability in [0, 1)")
         if self.eval_batch_size is not None and self.eval_batch_size < 1:
             raise ValueError(f"finetune.eval_batch_size is {self.eval_batch_size!r}: set it "
                              "above 0, or None for batch_size")
-        if self.text_columns is not None:
-            object.__setattr__(self, "text_columns", tuple(self.text_columns))
+        for name in ("text_columns", "labels"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))

@@ -25,7 +25,7 @@ from bertjax import files
 from bertjax.finetune import official
 from bertjax.finetune.adapter import check_supported
 from bertjax.finetune.evaluate import make_evaluator
-from bertjax.finetune.examples import Example
+from bertjax.finetune.examples import Example, Examples
 from bertjax.finetune.families import get_adapter
 from bertjax.finetune.packed import PackedArraySource
 from bertjax.finetune.pretrained import Pretrained, load_pretrained
@@ -55,8 +55,10 @@ class RunOutcome:
 
 
 def num_steps(recipe: Recipe, num_examples: int) -> int:
-    """Training steps of `recipe.epochs` passes over `num_examples` rows (the last batch of
-    the run completes from the next epoch's rows)."""
+    """Training steps of `recipe.epochs` passes over `num_examples` training examples (the
+    last batch of the run completes from the next epoch's rows). Examples, not encoded rows:
+    a SQuAD question read in several windows counts once, as run_squad.py counts its
+    num_train_steps (len(train_examples) / batch * epochs); the batches are still windows."""
     return max(1, math.ceil(recipe.epochs * num_examples / recipe.batch_size))
 
 
@@ -66,7 +68,8 @@ def _examples(data: Data, recipe: Recipe, split_hint: str) -> tuple[list[Example
         task = get_task(recipe.task)
         return task.read(data, text_columns=recipe.text_columns,
                          label_column=recipe.label_column, split_hint=split_hint), str(data)
-    return list(data), f"the {split_hint} examples"
+    examples = data if isinstance(data, Examples) else list(data)  # keeps a label order
+    return examples, f"the {split_hint} examples"
 
 
 def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
@@ -87,8 +90,9 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
     model = init if isinstance(init, Pretrained) else load_pretrained(init, recipe.family,
                                                                        lower_case=lower_case)
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name)
-    steps = num_steps(recipe, len(next(iter(setup.train.values()))))
-    tx = make_optimizer("adamw", recipe.learning_rate, math.ceil(recipe.warmup_fraction * steps),
+    steps = num_steps(recipe, len(train_examples))
+    tx = make_optimizer(recipe.optimizer, recipe.learning_rate,
+                        math.ceil(recipe.warmup_fraction * steps),
                         steps, eps=recipe.adam_epsilon, weight_decay=recipe.weight_decay,
                         frozen=setup.frozen)
     length = setup.adapter.seq_length(setup.train)

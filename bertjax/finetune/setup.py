@@ -10,14 +10,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from bertjax.finetune.adapter import Adapter, Arrays, check_supported
+from bertjax.finetune.adapter import Adapter, Arrays, SetupError, check_supported
 from bertjax.finetune.arrays import ArraySource
 from bertjax.finetune.examples import Example
 from bertjax.finetune.families import get_adapter
 from bertjax.finetune.length_buckets import LengthBuckets
 from bertjax.finetune.packed import PackedArraySource
 from bertjax.finetune.recipe import Recipe
-from bertjax.finetune.task import EvalData, Task
+from bertjax.finetune.task import EvalData, Task, integer_labels
 from bertjax.finetune.tasks import get_task
 from bertjax.objectives.objective import Objective
 
@@ -32,6 +32,7 @@ class TaskSetup:
     train: Arrays
     eval: Arrays  # model inputs of the evaluation examples
     data: EvalData  # the evaluation examples' ids, golds, labels and encoding layout
+    main_metric: str  # picks the best checkpoint (finetune.main_metric or the task type's)
 
     @property
     def labels(self) -> list[str] | None:
@@ -70,8 +71,8 @@ class TaskSetup:
     def encode_unlabelled(self, examples: Sequence[Example]) -> tuple[Arrays, EvalData]:
         """Model inputs of unlabelled examples (a test split), and what decoding them needs."""
         encoded = self.adapter.encode(examples)
-        return encoded.arrays, EvalData(examples, None, self.data.labels, encoded.layout,
-                                        self.data.recipe)
+        return encoded.arrays, dataclasses.replace(self.data, examples=examples, golds=None,
+                                                   layout=encoded.layout)
 
     def report(self, params: Any) -> dict[str, Any]:
         return self.adapter.report(params)
@@ -91,10 +92,27 @@ def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequen
     task = get_task(recipe.task)
     adapter_class = get_adapter(recipe.family, recipe.approach)
     check_supported(adapter_class, task, recipe)
-    labels = task.label_names(train, dev, eval_spec)
+    order = recipe.labels if recipe.labels is not None else getattr(train, "label_order", None)
+    labels = task.label_names(train, dev, eval_spec, order)
+    numbered = order is not None or (labels is not None and integer_labels(labels))
     adapter = adapter_class(recipe, model, task, task.num_outputs(labels))
+    data = EvalData(list(dev), task.golds(dev), labels, None, recipe, numbered)
+    main_metric = check_main_metric(task, data)
     train_arrays = adapter.encode(train, task.targets(train, labels)).arrays
     dev_encoded = adapter.encode(dev)
-    data = EvalData(list(dev), task.golds(dev), labels, dev_encoded.layout, recipe)
+    data = dataclasses.replace(data, layout=dev_encoded.layout)
     return TaskSetup(task, adapter, adapter.objective(train_arrays), train_arrays,
-                     dev_encoded.arrays, data)
+                     dev_encoded.arrays, data, main_metric)
+
+
+def check_main_metric(task: Task, data: EvalData) -> str:
+    """The metric that picks the best checkpoint: finetune.main_metric, else the task
+    type's; one line when the task does not report it on this data."""
+    chosen = data.recipe.main_metric or task.main_metric
+    reported = [key for key, _ in task.metric_table(data)]
+    if chosen not in reported:
+        hint = (" (F1 needs a positive class: set finetune.positive_label)"
+                if chosen == "f1" and "accuracy" in reported else "")
+        raise SetupError(f"finetune.main_metric={chosen!r} is not reported for this task: "
+                         f"choose one of {', '.join(reported)}{hint}")
+    return chosen

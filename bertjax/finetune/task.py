@@ -46,6 +46,9 @@ class EvalData:
     labels: list[str] | None
     layout: Any
     recipe: Any
+    # label i is the data's class i (TFDS ids, finetune.labels, labels 0..k-1), not a
+    # position in sorted names: what "class 1" of a binary task means (GLUE's F1)
+    numbered: bool = False
 
     @property
     def ids(self) -> list[str]:
@@ -70,12 +73,19 @@ class Task:
 
     @property
     def main_metric(self) -> str:
+        """The metric that picks the best checkpoint unless finetune.main_metric names another."""
         return self.metrics[0][0]
 
-    def label_names(self, train: Sequence[Example], dev: Sequence[Example], eval_spec: str
-                    ) -> list[str] | None:
-        """The label vocabulary, in the order of the head's outputs (None: no classes)."""
+    def label_names(self, train: Sequence[Example], dev: Sequence[Example], eval_spec: str,
+                    order: Sequence[str] | None = None) -> list[str] | None:
+        """The label vocabulary, in the order of the head's outputs (None: no classes);
+        `order`: the data's own numbering of its classes (finetune.labels, TFDS's names)."""
         return None
+
+    def metric_table(self, data: EvalData) -> Metrics:
+        """The metrics reported for this evaluation data (a task may report fewer than
+        `metrics` where one is undefined, e.g. a binary F1 on three classes)."""
+        return self.metrics
 
     def num_outputs(self, labels: list[str] | None) -> int:
         """The head's width: one per label, else one."""
@@ -94,13 +104,14 @@ class Task:
         names to the texts of official output files, see finetune/official.py)."""
         raise NotImplementedError
 
-    def metric_options(self, labels: list[str] | None) -> dict[str, Any]:
+    def metric_options(self, data: EvalData) -> dict[str, Any]:
         """Options of the metric functions (e.g. the positive class of F1)."""
         return {}
 
     def measure(self, predictions: list, data: EvalData) -> dict[str, float]:
-        """Every metric of `metrics` on the golds and predictions, main first."""
-        return compute(self.metrics, data.golds, predictions, **self.metric_options(data.labels))
+        """Every metric of `metric_table(data)` on the golds and predictions, main first."""
+        return compute(self.metric_table(data), data.golds, predictions,
+                       **self.metric_options(data))
 
 
 TASKS: dict[str, Task] = {}
@@ -113,20 +124,38 @@ def register(task_class: type[Task]) -> type[Task]:
 
 
 def check_labels(train_examples: Iterable[Example], eval_examples: Iterable[Example],
-                 eval_spec: str) -> list[str]:
-    """The sorted label set of the training examples, checked to cover the eval examples.
+                 eval_spec: str, order: Sequence[str] | None = None) -> list[str]:
+    """The label vocabulary of the training examples, checked to cover the eval examples:
+    `order` when the data numbers its classes (every class of it, in its order), else the
+    labels seen in training, sorted (numerically when they are all integers: 0, 1, ..., 10).
 
     Labels are TextExample class names and TaggedSentence tags (regression numbers, QA and
     multiple choice have no label set). An eval label training never saw could never be
     predicted and would have no output unit, so it is refused, naming the label and file.
     """
     known = set(_labels(train_examples))
+    if order is not None:
+        outside = sorted(known - set(order))
+        if outside:
+            raise TaskDataError(f"label {outside[0]!r} of the training data is not among the "
+                                f"classes {list(order)} (finetune.labels or the dataset's): "
+                                "list every class in finetune.labels")
+        known = set(order)
     unseen = sorted(set(_labels(eval_examples)) - known)
     if unseen:
         more = f" (and {len(unseen) - 1} more)" if len(unseen) > 1 else ""
         raise TaskDataError(f"{eval_spec}: label {unseen[0]!r}{more} never occurs in the "
                             "training data; fix the eval file or add training examples of it")
-    return sorted(known)
+    return list(order) if order is not None else sorted(known, key=_label_key)
+
+
+def integer_labels(labels: Iterable[str]) -> bool:
+    """All labels spell integers (GLUE's 0 / 1): their value is the class number."""
+    return all(label.lstrip("-").isdigit() for label in labels)
+
+
+def _label_key(label: str) -> tuple:
+    return (0, int(label), "") if integer_labels([label]) else (1, 0, label)
 
 
 def _labels(examples: Iterable[Example]) -> Iterable[str]:

@@ -4,7 +4,9 @@ for the tools that use the fine-tuned model outside the run (bertjax-export):
     {"family": "bert", "task": "classification", "approach": "fine_tune",
      "labels": ["Business", "Sports"],            # the head's outputs in order (or null)
      "max_seq_length": 128, "init": "/path/of/--init",
-     "tokenizer": {"kind": "wordpiece", "files": {"vocab": "vocab.txt"}, "lower_case": true}}
+     "tokenizer": {"kind": "wordpiece", "files": {"vocab": "vocab.txt"}, "lower_case": true,
+                   "rules": "transformers"}}     # "google" for a Google BERT --init
+    (kinds: wordpiece; bpe, GPT-2's byte-level; openai_bpe, GPT-1's character-level)
 
 model.json (training/workdir.py) records the model config; this file adds what only the
 fine-tuning recipe knows. The tokenizer's files are copied into the workdir (as a pretraining
@@ -31,6 +33,7 @@ def _save_tokenizer(workdir: pathlib.Path, tokenizer: Any) -> dict[str, Any] | N
     """Copy the tokenizer's files into `workdir`; the record's tokenizer part (None for a
     tokenizer that has no files, e.g. the character input of bilm-tf weights)."""
     from bertjax.tokenizers.bpe import ByteLevelBPE
+    from bertjax.tokenizers.openai_bpe import OpenAIGptBPE
     from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
     if isinstance(tokenizer, WordPieceVocabulary):
@@ -39,10 +42,12 @@ def _save_tokenizer(workdir: pathlib.Path, tokenizer: Any) -> dict[str, Any] | N
             with atomic_file(target, "wb") as f:
                 f.write(pathlib.Path(tokenizer.vocab_path).read_bytes())
         return {"kind": "wordpiece", "files": {"vocab": target.name},
-                "lower_case": tokenizer.lower_case, "vocab_size": tokenizer.vocab_size}
-    if isinstance(tokenizer, ByteLevelBPE):
+                "lower_case": tokenizer.lower_case, "rules": tokenizer.rules,
+                "vocab_size": tokenizer.vocab_size}
+    if isinstance(tokenizer, ByteLevelBPE | OpenAIGptBPE):
         vocab, merges = tokenizer.save(workdir)
-        return {"kind": "bpe", "files": {"vocab": vocab.name, "merges": merges.name},
+        kind = "bpe" if isinstance(tokenizer, ByteLevelBPE) else "openai_bpe"
+        return {"kind": kind, "files": {"vocab": vocab.name, "merges": merges.name},
                 "vocab_size": tokenizer.vocab_size}
     return None
 

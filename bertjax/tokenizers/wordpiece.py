@@ -10,6 +10,13 @@ Tokenization follows BERT (Devlin et al. 2018) as implemented by Hugging Face's
 4. greedy longest-match-first WordPiece with `##` continuations; a word longer than
    200 characters, or one that cannot be covered by pieces, becomes [UNK].
 
+Google's own checkpoints were trained with google-research/bert's tokenization.py, which
+differs in two rules (`rules="google"`, what `--init` of a Google directory uses): its
+_clean_text drops only control (Cc) and format (Cf) characters, so a private-use character
+(Co, such as U+E000) stays and the word holding it becomes [UNK]; and it lower-cases each
+whitespace-separated token with str.lower before NFD, so a word-final capital sigma becomes
+'ς', not 'σ'. Both follow its 200-character word limit (transformers' is 100).
+
 `basic_tokenize` (python) and `wordpiece_tf.basic_tokenize_tf` (TensorFlow ops, usable in
 `dataset.map`) implement steps 1-3 identically. tensorflow_text's own `BertTokenizer`
 is not used for them because its lower-casing applies NFKC (e.g. '″' becomes '′′') and
@@ -49,6 +56,8 @@ if TYPE_CHECKING:
 
 _WORD_CACHE_SIZE = 1 << 20  # words memoized by the python encoder before the cache resets
 _REMOVED_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs"})
+_GOOGLE_REMOVED_CATEGORIES = frozenset({"Cc", "Cf"})  # tokenization.py's _is_control
+RULES = ("transformers", "google")  # whose tokenizer a vocabulary follows (module docstring)
 
 
 
@@ -107,16 +116,40 @@ def _uncase_rule(char: str) -> str:
     return "" if unicodedata.category(char) == "Mn" else char.lower()
 
 
+def _google_clean_rule(char: str) -> str:
+    """tokenization.py's _clean_text and _tokenize_chinese_chars: as `_clean_rule`, but its
+    _is_control drops Cc and Cf only (private-use and surrogate characters stay)."""
+    if char in "\t\n\r" or char in "\u2028\u2029" or unicodedata.category(char) == "Zs":
+        return " "  # tokenization.py's whitespace; U+2028/9 split in its str.split()
+    if char in "\x00\ufffd" or unicodedata.category(char) in _GOOGLE_REMOVED_CATEGORIES:
+        return ""
+    return f" {char} " if _is_cjk(char) else char
+
+
 _CLEAN = _CharTable(_clean_rule)
+_GOOGLE_CLEAN = _CharTable(_google_clean_rule)
 _UNCASE = _CharTable(_uncase_rule)
+_NO_MARKS = _CharTable(lambda c: "" if unicodedata.category(c) == "Mn" else c)
 _PUNCT = _CharTable(lambda c: f" {c} " if _is_punct(c) else c)
 
 
-def basic_tokenize(text: str, lower_case: bool) -> list[str]:
-    """BERT's basic tokenization of one string into words and punctuation marks."""
-    text = text.translate(_CLEAN)
-    if lower_case:
-        text = unicodedata.normalize("NFD", text).translate(_UNCASE)
+def _google_uncase(token: str) -> str:
+    """tokenization.py's token.lower() and _run_strip_accents on one whitespace token: the
+    token lower-cased as a whole (a word-final 'Σ' becomes 'ς'), then NFD without marks."""
+    return unicodedata.normalize("NFD", token.lower()).translate(_NO_MARKS)
+
+
+def basic_tokenize(text: str, lower_case: bool, rules: str = "transformers") -> list[str]:
+    """BERT's basic tokenization of one string into words and punctuation marks, by
+    BertTokenizerFast's rules or (`rules="google"`) google-research/bert's."""
+    if rules == "google":
+        text = text.translate(_GOOGLE_CLEAN)
+        if lower_case:
+            text = " ".join(_google_uncase(token) for token in text.split(" "))
+    else:
+        text = text.translate(_CLEAN)
+        if lower_case:
+            text = unicodedata.normalize("NFD", text).translate(_UNCASE)
     return [w for w in text.translate(_PUNCT).split(" ") if w]
 
 
@@ -140,8 +173,46 @@ def _canonical_order(chars: list[str], origin: list[int]) -> None:
         i = j + 1
 
 
-def _normalize_aligned(text: str, lower_case: bool) -> tuple[list[str], list[int]]:
+def _google_aligned(text: str, lower_case: bool) -> tuple[list[str], list[int]]:
+    """`basic_tokenize(text, lower_case, "google")`'s normalized characters with their
+    sources: each whitespace token lower-cased whole (str.lower maps character by character
+    but for the final sigma, so lengths and sources line up), then NFD, marks dropped."""
+    chars: list[str] = []
+    origin: list[int] = []
+    for k, char in enumerate(text):
+        for out in _GOOGLE_CLEAN[ord(char)]:
+            chars.append(out)
+            origin.append(k)
+    if not lower_case:
+        return chars, origin
+    lowered: list[str] = []
+    lowered_origin: list[int] = []
+    start = 0
+    for end in [*(i for i, c in enumerate(chars) if c == " "), len(chars)]:
+        lowered += "".join(chars[start:end]).lower()
+        lowered_origin += [k for c, k in zip(chars[start:end], origin[start:end], strict=True)
+                           for _ in c.lower()]
+        if end < len(chars):
+            lowered.append(" ")
+            lowered_origin.append(origin[end])
+        start = end + 1
+    decomposed: list[str] = []
+    decomposed_origin: list[int] = []
+    for char, k in zip(lowered, lowered_origin, strict=True):
+        for out in unicodedata.normalize("NFD", char):
+            decomposed.append(out)
+            decomposed_origin.append(k)
+    _canonical_order(decomposed, decomposed_origin)
+    kept = [(c, k) for c, k in zip(decomposed, decomposed_origin, strict=True)
+            if unicodedata.category(c) != "Mn"]
+    return [c for c, _ in kept], [k for _, k in kept]
+
+
+def _normalize_aligned(text: str, lower_case: bool, rules: str = "transformers"
+                       ) -> tuple[list[str], list[int]]:
     """`basic_tokenize`'s normalized characters, each with the index of its source in `text`."""
+    if rules == "google":
+        return _google_aligned(text, lower_case)
     table = _CLEAN_NFD if lower_case else _CLEAN
     chars: list[str] = []
     origin: list[int] = []
@@ -162,11 +233,13 @@ def _normalize_aligned(text: str, lower_case: bool) -> tuple[list[str], list[int
     return uncased, uncased_origin
 
 
-def _aligned_words(text: str, lower_case: bool) -> list[tuple[str, list[int]]]:
-    """`basic_tokenize(text, lower_case)`, each word with the `text` index of each character."""
+def _aligned_words(text: str, lower_case: bool, rules: str = "transformers"
+                   ) -> list[tuple[str, list[int]]]:
+    """`basic_tokenize(text, lower_case, rules)`, each word with the `text` index of each
+    character."""
     words: list[tuple[str, list[int]]] = []
     start = 0
-    chars, origin = _normalize_aligned(text, lower_case)
+    chars, origin = _normalize_aligned(text, lower_case, rules)
     for i, char in enumerate(chars):
         punct = _PUNCT[ord(char)] != char
         if char == " " or punct:
@@ -194,9 +267,13 @@ class WordPieceVocabulary:
     tokenize only in python start without them.
     """
 
-    def __init__(self, vocab_path: str | os.PathLike, lower_case: bool) -> None:
+    def __init__(self, vocab_path: str | os.PathLike, lower_case: bool,
+                 rules: str = "transformers") -> None:
         self._path = str(vocab_path)
         self._lower_case = bool(lower_case)
+        if rules not in RULES:
+            raise ValueError(f"WordPiece rules {rules!r}: choose one of {', '.join(RULES)}")
+        self._rules = rules
         if not pathlib.Path(self._path).is_file():
             raise ValueError(f"{self._path}: vocabulary file not found; fix the vocab path setting")
         self._tokens = load_vocab(self._path)
@@ -228,6 +305,12 @@ class WordPieceVocabulary:
     @property
     def lower_case(self) -> bool:
         return self._lower_case
+
+    @property
+    def rules(self) -> str:
+        """"transformers" (BertTokenizerFast's) or "google" (tokenization.py's): see the module
+        docstring for where they differ."""
+        return self._rules
 
     @property
     def tokens(self) -> list[str]:
@@ -292,7 +375,7 @@ class WordPieceVocabulary:
     def encode(self, s: str) -> list[int]:
         """The WordPiece ids of a string (no [CLS]/[SEP])."""
         ids: list[int] = []
-        for word in basic_tokenize(s, self._lower_case):
+        for word in basic_tokenize(s, self._lower_case, self._rules):
             pieces = self._word_cache.get(word)
             if pieces is None:
                 if len(self._word_cache) >= _WORD_CACHE_SIZE:
@@ -322,7 +405,7 @@ class WordPieceVocabulary:
         """
         ids: list[int] = []
         offsets: list[tuple[int, int]] = []
-        for word, origin in _aligned_words(text, self._lower_case):
+        for word, origin in _aligned_words(text, self._lower_case, self._rules):
             pieces = self._cached_wordpiece(word)
             if pieces == (self.unk_id,):
                 lengths = [len(word)]
@@ -347,6 +430,11 @@ class WordPieceVocabulary:
         """Strings of shape [...] -> int32 ids [..., (ids)]; a scalar gives a dense vector."""
         from bertjax.tokenizers import wordpiece_tf
 
+        if self._rules != "transformers":
+            raise ValueError(f"{self._path}: the TensorFlow tokenizer follows transformers' "
+                             f"rules, not {self._rules!r}: tokenize this vocabulary in python "
+                             "(encode)")
+
         return wordpiece_tf.encode(s, self._tokens, self._lower_case)
 
     def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
@@ -362,14 +450,16 @@ class WordPieceVocabulary:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WordPieceVocabulary):
             return NotImplemented
-        return self._lower_case == other._lower_case and self._tokens == other._tokens
+        return (self._lower_case, self._rules, self._tokens) == (
+            other._lower_case, other._rules, other._tokens)
 
     def __hash__(self) -> int:
         return hash((self._lower_case, len(self._tokens), tuple(self._tokens[:8])))
 
     def __str__(self) -> str:
         case = "uncased" if self._lower_case else "cased"
-        return f"WordPieceVocabulary({self._path}, {case}, {len(self._tokens)} tokens)"
+        return (f"WordPieceVocabulary({self._path}, {case}, {self._rules} rules, "
+                f"{len(self._tokens)} tokens)")
 
 
 # ---------------------------------------------------------------- vocabulary learning

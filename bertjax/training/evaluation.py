@@ -17,6 +17,7 @@ reads eval_results.json back and keeps improving on the same best.
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -74,10 +75,21 @@ class BestKeeper:
     def best(self) -> float | None:
         return self.results.get("best", {}).get(self.main_metric)
 
+    def improves(self, value: float) -> bool:
+        """Whether a main metric of `value` beats the best so far. An undefined score (NaN:
+        the Pearson or MCC of constant predictions) is kept only while there is no best and
+        never stays best once a number is measured: NaN compares false with everything, so
+        keeping it would freeze the selection for the rest of the run."""
+        best = self.best
+        if best is None:
+            return True
+        if math.isnan(value):
+            return False
+        return math.isnan(best) or value > best
+
     def record(self, step: int, result: EvalResult, params: Any) -> bool:
         """Note an evaluation at `step`; keep params and predictions if it is the best."""
-        value = result.metrics[self.main_metric]
-        improved = self.best is None or value > self.best
+        improved = self.improves(result.metrics[self.main_metric])
         if improved:
             self._save_params(params)  # every process: orbax writes sharded arrays together
         if jax.process_index() != 0:

@@ -1,10 +1,23 @@
-"""Optimizers as in the BERT paper: AdamW with warmup + linear decay, or LAMB for big batches."""
+"""Optimizers as in the BERT paper: AdamW with warmup + linear decay, LAMB for big batches, and
+google-research/bert's own AdamWeightDecay ("bert_adam").
 
-from typing import Any
+"adamw" is optax's: bias-corrected moments, linear warmup to the peak, then linear decay from
+the end of warmup to 0. "bert_adam" is what google-research/bert's optimization.py runs (its
+checkpoints' pretraining and every run_classifier / run_squad fine-tuning): moments without
+bias correction, update m / (sqrt(v) + eps) plus weight_decay * param (decoupled, not on
+LayerNorm or bias), and a learning rate that decays linearly from step 0 to 0 at the last step
+(polynomial_decay, power 1) while warmup replaces it by peak * step / warmup_steps for the
+first steps. Both clip the gradients to global norm 1 first, as BERT does.
+"""
+
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import optax
+
+OPTIMIZERS = ("adamw", "bert_adam", "lamb")
 
 # Parameters that are not weight matrices get no weight decay (BERT, GPT): decay pulls a
 # parameter towards 0, which regularises a matrix but only shifts a bias or a gain.
@@ -53,6 +66,62 @@ def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> opt
     return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
+def bert_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+    """google-research/bert's learning rate at (0-based) step t: peak * (1 - t / total) (its
+    polynomial_decay from step 0), or peak * t / warmup while t < warmup_steps. Unlike
+    `warmup_linear_decay`, the decay does not wait for warmup to end: after warmup the rate is
+    peak * (1 - warmup / total), not peak."""
+    total = max(total_steps, 1)
+
+    def schedule(count: jax.Array) -> jax.Array:
+        step = jnp.asarray(count, jnp.float32)
+        decayed = peak * (1.0 - jnp.minimum(step, total) / total)
+        if warmup_steps <= 0:
+            return decayed
+        return jnp.where(step < warmup_steps, peak * step / warmup_steps, decayed)
+
+    return schedule
+
+
+class BertAdamState(NamedTuple):
+    """First and second moments of AdamWeightDecay (no step count: no bias correction)."""
+
+    mu: Any
+    nu: Any
+
+
+def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6
+                       ) -> optax.GradientTransformation:
+    """AdamWeightDecayOptimizer's direction: m / (sqrt(v) + eps) of the moving averages
+    m = b1 m + (1 - b1) g and v = b2 v + (1 - b2) g^2, neither bias-corrected: the first
+    step moves (1 - b1) / sqrt(1 - b2) = 3.2 times as far as Adam's, the ratio falling to 1
+    as the averages fill (warmup keeps those first steps small)."""
+
+    def init(params: Any) -> BertAdamState:
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        return BertAdamState(zeros, jax.tree.map(jnp.zeros_like, params))
+
+    def update(updates: Any, state: BertAdamState, params: Any = None) -> tuple:
+        del params
+        mu = jax.tree.map(lambda g, m: b1 * m + (1 - b1) * g, updates, state.mu)
+        nu = jax.tree.map(lambda g, v: b2 * v + (1 - b2) * g * g, updates, state.nu)
+        direction = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu, nu)
+        return direction, BertAdamState(mu, nu)
+
+    return optax.GradientTransformation(init, update)
+
+
+def bert_adam(peak: float, warmup_steps: int, total_steps: int, b1: float = 0.9,
+              b2: float = 0.999, eps: float = 1e-6, weight_decay: float = 0.01
+              ) -> optax.GradientTransformation:
+    """google-research/bert's AdamWeightDecayOptimizer under its create_optimizer schedule
+    (see the module docstring); gradient clipping is make_optimizer's."""
+    return optax.chain(scale_by_bert_adam(b1, b2, eps),
+                       optax.add_decayed_weights(weight_decay, mask=decay_mask),
+                       optax.scale_by_learning_rate(bert_schedule(peak, warmup_steps,
+                                                                  total_steps)))
+
+
 def make_optimizer(
     name: str = "adamw",
     learning_rate: float = 1e-4,
@@ -65,7 +134,9 @@ def make_optimizer(
     clip_norm: float | None = 1.0,
     frozen: tuple[str, ...] = (),
 ) -> optax.GradientTransformation:
-    """The optimizer for pretraining; `name` is "adamw" (paper) or "lamb" (large batches).
+    """The optimizer of a run: `name` is "adamw" (optax's, warmup then linear decay),
+    "bert_adam" (google-research/bert's AdamWeightDecay and schedule) or "lamb" (large
+    batches).
 
     `frozen` names top-level parameter subtrees that are not trained (a pretrained encoder
     used for features): they get no update and no optimizer state.
@@ -75,12 +146,15 @@ def make_optimizer(
         opt = optax.adamw(
             schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask
         )
+    elif name == "bert_adam":
+        opt = bert_adam(learning_rate, warmup_steps, total_steps, b1, b2, eps, weight_decay)
     elif name == "lamb":
         opt = optax.lamb(
             schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask
         )
     else:
-        raise ValueError(f"unknown optimizer {name!r}: set make_optimizer.name to adamw or lamb")
+        raise ValueError(f"unknown optimizer {name!r}: set make_optimizer.name (or "
+                         f"finetune.optimizer) to one of {', '.join(OPTIMIZERS)}")
     if frozen:
         labels = lambda params: {k: "frozen" if k in frozen else "train" for k in params}  # noqa: E731
         opt = optax.multi_transform({"train": opt, "frozen": optax.set_to_zero()}, labels)

@@ -12,6 +12,7 @@ model so the mechanism, not the model, is what is checked:
 
 import importlib.util
 import json
+import math
 import pathlib
 
 import jax
@@ -79,6 +80,18 @@ def official_scores(workdir, eval_file):
     return 100 * np.mean(exact), 100 * np.mean(f1)
 
 
+def squad_windows(init, train):
+    """How many 128-token windows (stride 64, questions cut to 32) the training file's
+    questions are read in."""
+    from bertjax.finetune import qa
+    from bertjax.finetune.tasks import read_task
+
+    vocab = load_pretrained(str(init), "bert").tokenizer
+    _, windows = qa.qa_features(read_task(train, "qa"), vocab, max_seq_length=128,
+                                doc_stride=64, max_query_length=32, training=True)
+    return len(windows)
+
+
 SQUAD_QUICK = ["--gin.finetune.max_seq_length=128", "--gin.finetune.doc_stride=64",
                "--gin.finetune.max_query_length=32", "--gin.finetune.batch_size=16",
                "--gin.finetune.learning_rate=1e-3", "--gin.finetune.epochs=1.0"]
@@ -91,6 +104,12 @@ def test_squad_end_to_end(tiny_bert, squad_dev, tmp_path, version, recipe):
     dev = squad_file(tmp_path / "dev.json", (squad_dev, 1), 4, answerable_only, version)
     results = finetune(recipe, tiny_bert, train, dev, tmp_path / "run", *SQUAD_QUICK)
     final = results["final"]
+    # an epoch is a pass over the questions, as run_squad.py counts num_train_steps, not over
+    # the (more) windows they are read in
+    questions = [qa for article in json.loads(train.read_text())["data"]
+                 for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    assert results["step"] == math.ceil(1.0 * len(questions) / 16)
+    assert results["step"] < math.ceil(squad_windows(tiny_bert, train) / 16)
     exact, f1 = official_scores(tmp_path / "run", dev)
     assert final["exact"] == pytest.approx(exact, abs=1e-9)
     assert final["f1"] == pytest.approx(f1, abs=1e-9)
@@ -130,12 +149,22 @@ def test_feature_based_tagging_keeps_the_encoder_frozen(tiny_bert, tmp_path):
 
 
 def test_tagging_with_document_context(tiny_bert, tmp_path):
-    results = finetune("bert_tagging", tiny_bert, CONLL, CONLL, tmp_path / "run",
-                       "--gin.finetune.document_context=True", "--gin.finetune.batch_size=8",
-                       "--gin.finetune.max_seq_length=96", "--gin.finetune.length_buckets=1")
-    rows = predictions(tmp_path / "run")
-    assert len(rows) == 7 and "f1" in results["final"]
-    assert [len(r["prediction"]) for r in rows] == [len(r["gold"]) for r in rows]
+    """The run with document context against the same run without it: same seed, same
+    initialisation, so only the inputs can make their training losses differ (which inputs:
+    tests/finetune/test_bert_inputs.py)."""
+    losses = {}
+    for flag in (True, False):
+        run = tmp_path / f"context_{flag}"
+        results = finetune("bert_tagging", tiny_bert, CONLL, CONLL, run,
+                           f"--gin.finetune.document_context={flag}",
+                           "--gin.finetune.batch_size=8", "--gin.finetune.max_seq_length=96",
+                           "--gin.finetune.length_buckets=1")
+        rows = predictions(run)
+        assert len(rows) == 7 and "f1" in results["final"]
+        assert [len(r["prediction"]) for r in rows] == [len(r["gold"]) for r in rows]
+        losses[flag] = [json.loads(line)["loss"] for line in
+                        (run / "metrics.jsonl").read_text().splitlines() if '"loss"' in line]
+    assert losses[True] and losses[True] != losses[False]
 
 
 # ----------------------------------------------------------------------------- GPT
@@ -194,4 +223,29 @@ def test_each_gpt_input_transformation(tiny_gpt, glue_dir, tmp_path, recipe, dat
     logged = [json.loads(line) for line in
               (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("lm_loss" in m and "task_loss" in m for m in logged)  # L3 = L2 + lambda L1
-    assert results["final"]
+    expected = reference_metrics(recipe, rows)  # one evaluation: predictions.jsonl is it
+    assert set(results["final"]) == set(expected), results["final"]
+    for name, value in expected.items():
+        assert results["final"][name] == pytest.approx(value, abs=1e-6, nan_ok=True), name
+
+
+def reference_metrics(recipe, rows):
+    """A recipe's dev metrics from its predictions, by scikit-learn and scipy: what the run
+    reports for its task type (GLUE's 0 / 1 MRPC: F1 of class 1)."""
+    from scipy.stats import pearsonr, spearmanr
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+    gold, pred = [r["gold"] for r in rows], [r["prediction"] for r in rows]
+    if recipe == "gpt_similarity":
+        constant = len(set(pred)) == 1 or len(set(gold)) == 1
+        return {"pearson": np.nan if constant else pearsonr(gold, pred).statistic,
+                "spearman": np.nan if constant else spearmanr(gold, pred).statistic}
+    scores = {"accuracy": accuracy_score(gold, pred)}
+    if recipe == "gpt_classification":
+        labels = sorted(set(gold) | set(pred))
+        scores["mcc"] = matthews_corrcoef(gold, pred)
+        scores["macro_f1"] = f1_score(gold, pred, labels=labels, average="macro",
+                                      zero_division=0)
+    if recipe == "gpt_paraphrase":
+        scores["f1"] = f1_score(gold, pred, pos_label="1", zero_division=0)
+    return scores

@@ -1,7 +1,9 @@
 """bertjax-glue end to end on a tiny GLUE-format directory (scripts/glue_from_agnews.py: GLUE's
 layouts, AG News text) with a tiny random BERT: every run completes, the table's means and
-standard deviations equal a recomputation from each run's predictions.jsonl by reference
-implementations (scikit-learn, scipy), and the GLUE average is the BERT paper's."""
+standard deviations equal a recomputation from each run's dev predictions (every dev column,
+MNLI's mismatched one too) by reference implementations (scikit-learn, scipy), and the GLUE
+average is the BERT paper's. The same data under TFDS's label names gives the same table, and
+CoLA and MRPC keep the checkpoints best by MCC and F1."""
 
 import importlib.util
 import json
@@ -87,29 +89,35 @@ def check_table(workdir, result, average_columns):
     assert sorted(report["scores"]) == sorted({task for task, _, _ in average_columns})
     for name in report["scores"]:
         task = glue.BY_NAME[name.lower().replace("-", "")]
-        seeds = []
-        for seed in (0, 1):
-            run = workdir / name / "lr_0.001" / f"seed_{seed}"
-            rows = [json.loads(line) for line in (run / "predictions.jsonl").read_text()
-                    .splitlines()]
-            assert len(rows) == 24
-            seeds.append(reference_scores(task, rows))
-        column = glue.dev_column(task, 0)
-        for metric in task.metrics:
-            values = [s[metric] for s in seeds]
-            assert report["scores"][name][column][metric] == pytest.approx(values, abs=1e-6)
-            mean, std = np.mean(values), np.std(values, ddof=1)
-            assert f"| {column} | {metric} | {mean:.1f} | {std:.1f} | 2 | 0.001 |" in \
-                result.stdout, (column, metric, result.stdout)
-    mismatched = report["scores"]["MNLI"]["MNLI-mm"]["accuracy"]
-    assert len(mismatched) == 2 and all(0 <= v <= 100 for v in mismatched)
+        for index in range(len(task.dev)):
+            column = glue.dev_column(task, index)
+            seeds = [reference_scores(task, dev_rows(workdir / name / "lr_0.001" /
+                                                     f"seed_{seed}", column))
+                     for seed in (0, 1)]
+            for metric in task.metrics:
+                values = [s[metric] for s in seeds]
+                assert report["scores"][name][column][metric] == pytest.approx(values,
+                                                                               abs=1e-6)
+                mean, std = np.mean(values), np.std(values, ddof=1)
+                assert f"| {column} | {metric} | {mean:.1f} | {std:.1f} | 2 | 0.001 |" in \
+                    result.stdout, (column, metric, result.stdout)
     means = [np.mean(report["scores"][t][c][m]) for t, c, m in average_columns]
     assert report["average"] == pytest.approx(np.mean(means))
     assert report["average_columns"] == [c for _, c, _ in average_columns]
     count = len(average_columns)
-    assert f"| GLUE average | BERT Table 1's ({count} of 9 columns; WNLI excluded) |" in \
+    assert f"| GLUE average (dev) | BERT Table 1's ({count} of 9 columns; WNLI excluded) |" \
+        in result.stdout
+    assert "Dev-set scores (one learning rate); BERT's 79.6 / 82.1 are GLUE test-server" in \
         result.stdout
     assert (workdir / glue.RESULTS_TABLE).read_text() in result.stdout
+
+
+def dev_rows(run, column):
+    """A run's predictions of one dev column: id, prediction and gold per dev example."""
+    rows = [json.loads(line) for line in
+            (run / f"dev_predictions_{column}.jsonl").read_text().splitlines()]
+    assert len(rows) == 24
+    return rows
 
 
 def test_the_table_is_recomputed_from_the_predictions(glue_run):
@@ -124,6 +132,74 @@ def test_the_table_of_every_metric_is_recomputed_from_the_predictions(tiny_bert,
     check_table(*glue_runs(tiny_bert, glue_dir, tmp_path, ALL_METRIC_TASKS),
                 (("CoLA", "CoLA", "mcc"), ("MRPC", "MRPC", "f1"), ("STS-B", "STS-B", "spearman"),
                  ("MNLI", "MNLI-m", "accuracy"), ("MNLI", "MNLI-mm", "accuracy")))
+
+
+def tfds_rows(glue_dir, name, split, builder):
+    """The GLUE directory's examples of a split as TFDS's glue builder yields them: the same
+    texts, and each label as its ClassLabel id (TFDS numbers the classes as GLUE's files do:
+    MRPC not_equivalent 0, equivalent 1)."""
+    task = glue.BY_NAME[name.split("/")[1]]
+    text_features = [f for f in ("sentence", "sentence1", "sentence2") if f in
+                     builder.info.features]
+    examples = glue.GlueData(glue_dir).examples(task, "train" if split == "train" else "dev")
+    return [{**{f: t.encode() for f, t in zip(text_features, ex.texts, strict=True)},
+             "label": np.int64(int(ex.label)), "idx": np.int32(i)}
+            for i, ex in enumerate(examples)]
+
+
+@pytest.fixture
+def tfds_from_glue_dir(glue_dir, monkeypatch):
+    """tfds.load serving the GLUE directory's data under TFDS's builders and class names
+    (TFDS cannot prepare GLUE offline; the builders' features come from their code)."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+
+    def load(name, split, **kwargs):
+        builder = tfds.builder(name)
+        return tfds_rows(glue_dir, name, split, builder), builder.info
+
+    monkeypatch.setattr(tfds, "load", load)
+    monkeypatch.setattr(tfds, "as_numpy", lambda rows: rows)
+
+
+def best_by(run, metric):
+    """(the best checkpoint's step, the first step whose dev `metric` is highest)."""
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    evaluations = [(row[f"dev_{metric}"], -row["step"]) for row in logged
+                   if f"dev_{metric}" in row]
+    assert len(evaluations) == 4
+    best = json.loads((run / "eval_results.json").read_text())["best"]["step"]
+    return best, -max(evaluations)[1]
+
+
+def test_tfds_label_names_give_the_same_table_and_glues_metric_keeps_the_best(
+        tiny_bert, glue_dir, tmp_path, tfds_from_glue_dir):
+    """MRPC as TFDS names it (not_equivalent / equivalent) and as GLUE's files number it
+    (0 / 1): the same runs, the same predictions, the same table, and the F1 of equivalent,
+    not of the class sorted last. CoLA and MRPC keep the checkpoint best by MCC and F1, as
+    GLUE ranks them, not by accuracy."""
+    tables = {}
+    for source in (str(glue_dir), "tfds"):
+        workdir = tmp_path / pathlib.Path(source).name
+        result = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={source}",
+                              "--tasks=cola,mrpc", "--seeds=1", f"--workdir={workdir}", *QUICK,
+                              "--gin.finetune.eval_every=1")
+        assert result.returncode == 0, result.stderr[-3000:]
+        tables[source] = result.stdout.split("results:")[0]
+        for task, metric in (("CoLA", "mcc"), ("MRPC", "f1")):
+            best, highest = best_by(workdir / task / "lr_0.001" / "seed_0", metric)
+            assert best == highest, (source, task)
+        rows = dev_rows(workdir / "MRPC" / "lr_0.001" / "seed_0", "MRPC")
+        positive = "1" if source != "tfds" else "equivalent"
+        f1 = json.loads((workdir / glue.RESULTS_JSON).read_text())["scores"]["MRPC"]["MRPC"]
+        assert f1["f1"] == pytest.approx([100 * reference_f1(rows, positive)], abs=1e-6)
+    assert tables[str(glue_dir)] == tables["tfds"]
+
+
+def reference_f1(rows, positive):
+    from sklearn.metrics import f1_score
+
+    return f1_score([r["gold"] for r in rows], [r["prediction"] for r in rows],
+                    pos_label=positive, zero_division=0)
 
 
 def test_rerunning_resumes_every_run(glue_run, tiny_bert, glue_dir):
@@ -190,3 +266,34 @@ def test_a_run_stopped_by_a_signal_stops_the_benchmark(monkeypatch, glue_dir, tm
     assert report is None and len(lines) == 1
     assert "stopped at step 3 (SIGTERM): rerun the same command" in lines[0]
     assert not (tmp_path / glue.RESULTS_JSON).exists()
+
+
+def test_the_learning_rate_can_be_chosen_on_held_out_training_data(tiny_bert, glue_dir,
+                                                                    tmp_path):
+    """--lr_select=heldout: every run trains on all of train but a fixed held-out tenth, keeps
+    its best checkpoint by that part and the rate is chosen on it; the dev sets only report."""
+    from bertjax.finetune.pretrained import load_pretrained
+    from bertjax.finetune.recipe import Recipe
+
+    rte = glue.BY_NAME["rte"]
+    rates = (1e-3, 1e-4)
+    report = glue.run_glue(
+        load_pretrained(str(tiny_bert), "bert"), glue.GlueData(glue_dir), [rte],
+        lambda task: Recipe("bert", task.task_type, max_seq_length=32, batch_size=8,
+                            epochs=1.0, length_buckets=1),
+        tmp_path, learning_rates=rates, select_on="heldout", heldout_fraction=0.25)
+    rest, part = glue.split_heldout(glue.GlueData(glue_dir).examples(rte, "train"), 0.25)
+    assert len(part) == 8 and not {ex.id for ex in part} & {ex.id for ex in rest}
+    held, dev = {}, {}
+    for rate in rates:
+        run = tmp_path / "RTE" / f"lr_{rate:g}" / "seed_0"
+        evaluated = [json.loads(line)["id"] for line in
+                     (run / "predictions.jsonl").read_text().splitlines()]
+        assert evaluated == [ex.id for ex in part]  # best and final: the held-out part
+        held[rate] = json.loads((run / "eval_results.json").read_text())["final"]["accuracy"]
+        dev[rate] = reference_scores(rte, dev_rows(run, "RTE"))["accuracy"]
+    chosen = max(rates, key=lambda r: (held[r], -r))
+    assert report.learning_rates["RTE"] == chosen
+    assert report.scores["RTE"]["RTE"]["accuracy"] == pytest.approx([dev[chosen]])
+    assert "learning rate chosen on held-out training data" in report.table()
+    assert json.loads((tmp_path / glue.RESULTS_JSON).read_text())["selected_on"] == "heldout"

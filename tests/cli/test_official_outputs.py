@@ -189,6 +189,26 @@ def test_submission_names_and_spellings():
         "index\tprediction\n0\tentailment\n1\tnot_entailment\n")
 
 
+# The files a GLUE submission holds (gluebenchmark.com's submission format)
+GLUE_SUBMISSION_FILES = {"CoLA", "SST-2", "MRPC", "QQP", "STS-B", "MNLI-m", "MNLI-mm", "QNLI",
+                         "RTE", "WNLI", "AX"}
+
+
+def test_every_tfds_glue_test_split_names_a_glue_submission_file():
+    """TFDS's glue configs, from its builder: mnli_matched and mnli_mismatched hold MNLI's two
+    test sets on their own ("tfds:glue/mnli_mismatched:test"), whose file is MNLI-mm.tsv, not
+    mnli_mismatched.tsv, which the GLUE server would not read."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    names = {}
+    for config in (c.name for c in tfds.builder_cls("glue").BUILDER_CONFIGS):
+        splits = ("test_matched", "test_mismatched") if config == "mnli" else ("test",)
+        for split in splits:
+            names[(config, split)] = official.submission_name(f"tfds:glue/{config}:{split}")
+    assert set(names.values()) == GLUE_SUBMISSION_FILES
+    assert names[("mnli_mismatched", "test")] == names[("mnli", "test_mismatched")] == "MNLI-mm"
+    assert names[("mnli_matched", "test")] == names[("mnli", "test_matched")] == "MNLI-m"
+
+
 def test_predict_with_a_task_glue_does_not_score_is_refused():
     with pytest.raises(ValueError, match="--predict writes GLUE submissions"):
         official.read_unlabelled(["test.tsv"], Recipe(family="bert", task="tagging"))

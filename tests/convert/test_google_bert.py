@@ -257,6 +257,21 @@ def test_finetune_starts_from_a_google_checkpoint(tiny_google, agnews_two, tmp_p
     assert (tmp_path / "ft" / "init.txt").read_text().strip() == str(tiny_google.resolve())
     task = json.loads((tmp_path / "ft" / "task.json").read_text())
     assert task["tokenizer"]["lower_case"] is True and task["labels"] == ["Business", "Sports"]
+    assert task["tokenizer"]["rules"] == "google"
+
+
+def test_a_google_init_tokenizes_by_googles_rules(tiny_google):
+    """Google's checkpoints were trained with tokenization.py, which keeps a private-use
+    character (so its word is [UNK]) and lower-cases a word-final capital sigma to 'ς'
+    (tests/data/test_wordpiece_google.py compares the rules in full)."""
+    from bertjax.finetune.pretrained import load_pretrained
+    from tests.data.test_wordpiece_google import GoogleFullTokenizer
+
+    vocab = load_pretrained(str(tiny_google), "bert").tokenizer
+    reference = GoogleFullTokenizer(tiny_google / "vocab.txt", do_lower_case=True)
+    assert vocab.rules == "google"
+    for text in ("the\ue000 word\ue001s", "ΟΔΟΣ. the end", "a\u200bb \x00c"):
+        assert vocab.encode(text) == reference.ids(text), text
 
 
 @pytest.mark.parametrize("case", ["no_config", "no_case", "missing"])

@@ -16,6 +16,7 @@ import pytest
 from bertjax.cli import gin_utils
 from bertjax.finetune.adapter import check_supported
 from bertjax.finetune.families import get_adapter
+from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.tasks import get_task
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs" / "finetune"
@@ -66,6 +67,7 @@ NOT_FROM_THE_PAPER = {
 
 
 def recipe_of(name):
+    """The recipe a gin file (a name in configs/finetune, or a path without .gin) configures."""
     gin.clear_config()
     try:
         gin_utils.parse([str(CONFIGS / f"{name}.gin")], [])
@@ -98,7 +100,48 @@ def test_recipe_matches_the_papers(name):
         assert recipe.learning_rate in BERT_GLUE_LEARNING_RATES
     if family == "bert" and recipe.approach == "fine_tune":
         assert recipe.warmup_fraction == 0.1 and recipe.adam_epsilon == 1e-6
+        assert recipe.optimizer == "bert_adam"  # google-research/bert's AdamWeightDecay
     check_supported(get_adapter(recipe.family, recipe.approach), get_task(recipe.task), recipe)
+
+
+# The Python API's recipe of a family and task type, and the gin recipe of that pair when it
+# binds nothing else: one source, so the same values.
+PYTHON = {"bert_classification": {}, "bert_pair_classification": {}, "bert_regression": {},
+          "bert_tagging": {}, "bert_squad": {}, "bert_swag": {},
+          "gpt_classification": {}, "gpt_entailment": {}, "gpt_multiple_choice": {},
+          "gpt_similarity": dict(pair_transformation="similarity"),
+          "elmo_classification": {}, "elmo_pair_classification": {}, "elmo_tagging": {}}
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON))
+def test_the_python_api_starts_from_the_same_papers_values(name):
+    """Recipe("gpt", ...) is GPT's recipe, not BERT's learning rate, warmup and epsilon with a
+    GPT model; an ELMo recipe reads [x_k; ELMo_k], not ELMo alone."""
+    family, task, values = PAPERS[name]
+    recipe = Recipe(family, task, **PYTHON[name])
+    assert recipe == recipe_of(name)
+    for setting, value in values.items():
+        assert getattr(recipe, setting) == value, (name, setting)
+    if family == "elmo":
+        assert recipe.word_embed_dim > 0 and recipe.approach == "features"
+
+
+def own_bindings(name):
+    return [line for line in (CONFIGS / f"{name}.gin").read_text().splitlines()
+            if line.startswith("finetune.")]
+
+
+@pytest.mark.parametrize("name", sorted(PAPERS))
+def test_a_recipe_file_binds_only_what_its_task_changes(name, tmp_path):
+    """A binding that sets what the recipe would hold anyway repeats recipe.py's value: two
+    sources that can drift apart."""
+    recipe = recipe_of(name)
+    for line in own_bindings(name):
+        if line.startswith(("finetune.family", "finetune.task")):
+            continue
+        without = tmp_path / f"{name}.gin"
+        without.write_text((CONFIGS / f"{name}.gin").read_text().replace(line + "\n", ""))
+        assert recipe_of(without.with_suffix("")) != recipe, (name, line)
 
 
 @pytest.mark.parametrize("name", sorted(NOT_FROM_THE_PAPER))

@@ -74,10 +74,19 @@ def test_roofline_takes_the_slower_of_compute_and_memory():
     assert report.fits
 
 
-def test_compile_cli_imports_beside_train_cli():
-    import bertjax.cli.train  # noqa: F401  (both define the gin flags)
+def test_compile_cli_defines_its_flags_beside_train_cli():
+    """bertjax-train and bertjax-compile both define --gin_file and --gin_bindings: run in one
+    process (the tests, a notebook), the second must neither raise DuplicateFlagError nor
+    lose its own --jobs."""
+    from absl import flags
 
+    import bertjax.cli.train
+
+    bertjax.cli.train.define_flags()
     compile_cli.define_flags()
+    compile_cli.define_flags()  # a second run of the tool in the same process
+    for name, default in (("gin_file", []), ("gin_bindings", []), ("jobs", 1)):
+        assert name in flags.FLAGS and flags.FLAGS[name].default == default, name
 
 
 def test_no_topology_is_one_actionable_line():

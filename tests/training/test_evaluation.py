@@ -38,3 +38,24 @@ def test_cpu_program_has_no_ynnpack_fusions(tiny_bert, monkeypatch):
     assert "ynn_fusion" not in hlo(jit_inference(forward))
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=dot")
     assert "ynn_fusion" in hlo(jit_inference(forward))  # the user's own choice stands
+
+
+def result(**metrics):
+    from bertjax.training.evaluation import EvalResult
+
+    return EvalResult(metrics, [{"id": "0", "prediction": 0, "gold": 0}])
+
+
+def test_an_undefined_first_score_does_not_freeze_the_best_checkpoint(tmp_path):
+    """An untrained regressor's constant predictions have no Pearson (NaN); NaN compares false
+    with every number, so a best of NaN was never beaten and the run kept its first
+    checkpoint. The best must be the evaluation with the highest defined score."""
+    from bertjax.training.evaluation import BestKeeper
+
+    keeper = BestKeeper(tmp_path, "pearson")
+    params = {"w": np.zeros((2,), np.float32)}
+    scores = [float("nan"), 0.2, float("nan"), 0.5, 0.4]
+    for step, score in enumerate(scores, start=1):
+        keeper.record(step, result(pearson=score), params)
+    assert keeper.results["best"]["step"] == 1 + int(np.nanargmax(scores))
+    assert keeper.results["best"]["pearson"] == 0.5

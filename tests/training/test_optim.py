@@ -4,6 +4,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from bertjax.layers.scalar_mix import ScalarMix
@@ -120,3 +121,83 @@ def test_frozen_subtrees_get_no_update_and_no_state():
     assert float(jnp.abs(updates["head"]["kernel"]).min()) > 0.0
     sizes = [x.size for x in jax.tree.leaves(state) if hasattr(x, "size") and x.ndim]
     assert sum(sizes) == 2 * 3 * 2  # Adam's two moments of the head only
+
+
+# ----------------------------------------------------------------------------- BERT's optimizer
+
+
+def bert_reference(params, grads_per_step, lr, warmup, total, weight_decay=0.01, eps=1e-6,
+                   b1=0.9, b2=0.999, clip=1.0):
+    """google-research/bert's optimization.py in numpy, written from its text: create_optimizer
+    (polynomial_decay of lr from global_step 0 to 0 at num_train_steps, power 1; below
+    num_warmup_steps the rate is init_lr * global_step / num_warmup_steps; clip_by_global_norm
+    1.0) and AdamWeightDecayOptimizer.apply_gradients (no bias correction; update = m /
+    (sqrt(v) + eps), plus weight_decay_rate * param unless the name matches LayerNorm,
+    layer_norm or bias; param -= lr * update). `params`: {TF-style name: array}."""
+    import re
+
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(x) for k, x in params.items()}
+    params = {k: x.astype(np.float64) for k, x in params.items()}
+    for global_step, grads in enumerate(grads_per_step):
+        decayed = lr * (1.0 - min(global_step, total) / total)
+        rate = lr * global_step / warmup if global_step < warmup else decayed
+        norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads.values()))
+        grads = {k: g * clip / max(norm, clip) for k, g in grads.items()}
+        for name, g in grads.items():
+            m[name] = b1 * m[name] + (1 - b1) * g
+            v[name] = b2 * v[name] + (1 - b2) * g * g
+            update = m[name] / (np.sqrt(v[name]) + eps)
+            if not re.search("LayerNorm|layer_norm|bias", name):
+                update = update + weight_decay * params[name]
+            params[name] = params[name] - rate * update
+    return params
+
+
+def test_bert_adam_is_google_research_berts_update():
+    """Four steps (two of warmup, then decay from step 0's line) of make_optimizer("bert_adam")
+    equal the numpy reference of BERT's own optimizer; optax's AdamW (bias-corrected, decay
+    after warmup) differs from it, which is why the setting exists."""
+    rng = np.random.default_rng(0)
+    shapes = {"dense/kernel": (3, 4), "dense/bias": (4,), "LayerNorm/gamma": (4,),
+              "LayerNorm/beta": (4,)}
+    flax_names = {"dense/kernel": ("dense", "kernel"), "dense/bias": ("dense", "bias"),
+                  "LayerNorm/gamma": ("layer_norm", "scale"),
+                  "LayerNorm/beta": ("layer_norm", "bias")}
+    start = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    grads = [{k: (2.0 * rng.standard_normal(s)).astype(np.float32) for k, s in shapes.items()}
+             for _ in range(4)]
+
+    def tree(flat):
+        out = {}
+        for name, value in flat.items():
+            outer, inner = flax_names[name]
+            out.setdefault(outer, {})[inner] = jnp.asarray(value)
+        return out
+
+    def run(tx):
+        params = tree(start)
+        state = tx.init(params)
+        for g in grads:
+            updates, state = tx.update(tree(g), state, params)
+            params = optax.apply_updates(params, updates)
+        return {name: np.asarray(params[o][i]) for name, (o, i) in flax_names.items()}
+
+    expected = bert_reference(start, grads, lr=0.1, warmup=2, total=6)
+    ours = run(make_optimizer("bert_adam", 0.1, 2, 6, eps=1e-6, weight_decay=0.01))
+    for name in shapes:
+        np.testing.assert_allclose(ours[name], expected[name], rtol=1e-5, atol=1e-6)
+    adamw = run(make_optimizer("adamw", 0.1, 2, 6, eps=1e-6, weight_decay=0.01))
+    assert np.abs(adamw["dense/kernel"] - expected["dense/kernel"]).max() > 1e-3
+
+
+def test_bert_schedule_decays_from_step_zero_under_its_warmup():
+    from bertjax.training.optim import bert_schedule, warmup_linear_decay
+
+    schedule, total, warmup, peak = bert_schedule(2e-5, 10, 100), 100, 10, 2e-5
+    expected = [peak * t / warmup if t < warmup else peak * (1 - min(t, total) / total)
+                for t in range(total + 2)]
+    np.testing.assert_allclose([float(schedule(t)) for t in range(total + 2)], expected,
+                               rtol=1e-6, atol=1e-12)
+    assert float(warmup_linear_decay(peak, warmup, total)(warmup)) == pytest.approx(peak)
+    assert float(schedule(warmup)) == pytest.approx(peak * 0.9)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.finetune import qa
-from bertjax.finetune.adapter import Adapter, check_length, register
+from bertjax.finetune.adapter import Adapter, SetupError, check_length, register
 from bertjax.finetune.heads.bert import (
     KIND_OUTPUTS,
     PACKABLE,
@@ -123,20 +123,30 @@ def document_contexts(vocab: WordPieceVocabulary, examples: Sequence[Any], max_l
                       ) -> list[tuple[list[int], list[int]]]:
     """Per tagged sentence, the pieces of its document's sentences before and after it that
     fit beside it in `max_length` (half the room each side, the rest to whichever side has
-    more): the paper's "maximal document context" for CoNLL-2003."""
+    more): the paper's "maximal document context" for CoNLL-2003. Each sentence takes slices
+    of its document's pieces laid end to end, so the cost is linear in the data, however long
+    a document. Sentences whose data marks no documents (TFDS's conll2003, a file without
+    -DOCSTART- lines) are refused in one line: read whole, a split would be one document."""
+    if any(ex.document is None for ex in examples):
+        raise SetupError("finetune.document_context needs document boundaries (CoNLL's "
+                         "-DOCSTART- lines), which these sentences lack (TFDS's conll2003 "
+                         "drops them): train on CoNLL's own files, or set "
+                         "finetune.document_context = False")
     pieces = [[p for word in _word_pieces(vocab, ex.tokens) for p in word] for ex in examples]
     documents: dict[int, list[int]] = {}
     for s, ex in enumerate(examples):
         documents.setdefault(ex.document, []).append(s)
-    contexts = []
-    for s, ex in enumerate(examples):
-        room = max(0, max_length - 2 - len(pieces[s]))
-        same = documents[ex.document]
-        before = [p for t in same if t < s for p in pieces[t]]
-        after = [p for t in same if t > s for p in pieces[t]]
-        n_after = min(len(after), max(room // 2, room - len(before)))
-        n_before = min(len(before), room - n_after)
-        contexts.append((before[len(before) - n_before:], after[:n_after]))
+    contexts: list[tuple[list[int], list[int]]] = [([], [])] * len(examples)
+    for members in documents.values():
+        flat = [p for s in members for p in pieces[s]]  # the document's pieces, in order
+        start = 0
+        for s in members:
+            end = start + len(pieces[s])
+            room = max(0, max_length - 2 - len(pieces[s]))
+            n_after = min(len(flat) - end, max(room // 2, room - start))
+            n_before = min(start, room - n_after)
+            contexts[s] = (flat[start - n_before:start], flat[end:end + n_after])
+            start = end
     return contexts
 
 

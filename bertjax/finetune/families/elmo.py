@@ -4,10 +4,12 @@ softmax weights, at the input (and optionally the output) of a task BiLSTM
 ([x_k; ELMo_k], finetune.word_embed_dim).
 
 Each sentence is split into words as the biLM was trained (the workdir's word tokenizer;
-whitespace for bilm-tf files), wrapped in <S> ... </S> and given as characters (and word ids,
-when the biLM has a vocabulary); a tagged sentence's words are its tokens, word k at position
-k + 1. The task's word vocabulary is every word of the training examples (id 0 pads, 1 is any
-word training never saw). The learned mix weights go into eval_results.json.
+whitespace for bilm-tf files), wrapped in <S> ... </S> and given to the biLM as characters (and
+word ids, when the biLM has a vocabulary); the task model strips <S> and </S> from the biLM's
+layers, so a tagged sentence's word k (its k-th token, from 0) is predicted at position k. The
+task's word vocabulary is every word of the training examples (id 0 pads, 1 is any word
+training never saw, trained by finetune.word_dropout). The learned mix weights go into
+eval_results.json.
 """
 
 from collections.abc import Iterable, Sequence
@@ -18,6 +20,7 @@ import numpy as np
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, register
 from bertjax.finetune.heads.elmo import (
     FROZEN,
+    UNKNOWN_WORD,
     ElmoTaskSettings,
     elmo_task_objective,
     mix_weights,
@@ -32,13 +35,14 @@ from bertjax.tokenizers.elmo_vocab import BOS, EOS, sentence_char_ids, tokenize
 TASK_MODELS = {(CLASSES.name, 1): "classify", (CLASSES.name, 2): "pair_classify",
                (SCORE.name, 1): "regress", (SCORE.name, 2): "pair_regress",
                (WORD_CLASSES.name, 1): "tag"}
-PAD_WORD, UNKNOWN_WORD = 0, 1
+PAD_WORD = 0
 
 
 def encode_sentences(model: Any, sentences: Sequence[Sequence[str]], length: int,
                      words: dict[str, int] | None = None, suffix: str = "") -> Arrays:
-    """char_ids [N, T, C] (and token_ids [N, T] for a word biLM, word_ids [N, T] of the task
-    vocabulary `words`) of <S> words </S>, lengths [N]."""
+    """char_ids [N, T, C] (and token_ids [N, T] for a word biLM) of <S> words </S>, lengths
+    [N] (words + 2), and word_ids [N, T] of the words alone in the task vocabulary `words`
+    (word k at k, where the task model reads it once the boundaries are stripped)."""
     C, N = model.config.max_chars, len(sentences)
     arrays = {f"char_ids{suffix}": np.zeros((N, length, C), np.int32),
               f"lengths{suffix}": np.zeros((N,), np.int32)}
@@ -55,7 +59,7 @@ def encode_sentences(model: Any, sentences: Sequence[Sequence[str]], length: int
             arrays[f"token_ids{suffix}"][n, :len(kept) + 2] = model.tokenizer.token_ids(
                 [BOS, *kept, EOS])
         if words is not None:
-            arrays[f"word_ids{suffix}"][n, 1:len(kept) + 1] = [
+            arrays[f"word_ids{suffix}"][n, :len(kept)] = [
                 words.get(w, UNKNOWN_WORD) for w in kept]
     return arrays
 
@@ -110,7 +114,7 @@ class ElmoFeatures(Adapter):
             arrays |= encode_sentences(self.model, sentences, length, self.words, suffix)
         if self.task.inputs != WORDS:
             return arrays, None
-        return arrays, [[k + 1 if k < length - 2 else -1 for k in range(len(words))]
+        return arrays, [[k if k < length - 2 else -1 for k in range(len(words))]
                         for words in texts[0]]
 
     def objective(self, train: Arrays) -> Objective:
@@ -119,7 +123,7 @@ class ElmoFeatures(Adapter):
             placement=r.placement, top_layer_only=r.top_layer_only, l2_coef=r.mix_l2,
             elmo_dropout=r.elmo_dropout, hidden_size=r.lstm_size, num_layers=r.lstm_layers,
             dropout_rate=r.dropout,
-            word_embed_dim=r.word_embed_dim,
+            word_embed_dim=r.word_embed_dim, word_dropout=r.word_dropout,
             word_vocab_size=len(self.words) + 2 if self.words is not None else 0)
         self._objective = elmo_task_objective(self.model.config, self.task_model,
                                               self.num_outputs, settings)

@@ -1,6 +1,9 @@
 """ELMo's task model (Peters et al. 2018, sections 3.3 and 5.2) as an Objective for the loop.
 
-    h_0..h_L = frozen biLM(sentence)                       K = L + 1 layers [B, T, 2P]
+    h_0..h_L = frozen biLM(<S> w_1 .. w_n </S>)            K = L + 1 layers [B, T, 2P]
+    h_j      = h_j at w_1 .. w_n                           <S> and </S> stripped, as AllenNLP's
+                                                           remove_sentence_boundaries: word k
+                                                           at position k, n positions per row
     ELMo_k   = dropout(gamma * sum_j softmax(s)_j h_j)     a ScalarMix (or h_L: top_layer_only)
     x_k      = [word_embedding(w_k); ELMo_k]               the paper's [x_k; ELMo_k]: a
                                                            trainable embedding of the task's
@@ -20,17 +23,22 @@ deterministically, without its own dropout. A char-CNN biLM's softmax is not nee
 features: the task model keeps a one-row stand-in (vocab_size 1, as bilm-tf's weight files)
 and `with_pretrained_bilm` copies every other biLM parameter.
 
-Batch layout (T counts <S> and </S>: sentences are run as <S> w_1 .. w_n </S>, padded):
+Batch layout (the biLM's inputs count <S> and </S>: sentences are run as <S> w_1 .. w_n </S>,
+padded to T; the task model's positions are the words', w_k at k - 1):
     char_ids      int32 [B, T, C]  char CNN biLMs (bertjax.tokenizers.elmo_vocab.sentence_char_ids)
     token_ids     int32 [B, T]     word-encoder biLMs: ids of the biLM's vocabulary
     word_ids      int32 [B, T]     the task's word embedding (word_embed_dim): ids of the task's
-                                   own vocabulary (word_vocab_size rows)
+                                   own vocabulary (word_vocab_size rows), w_k at k - 1
     lengths       int32 [B]        n + 2
     *_b           the second sentence's char_ids_b / token_ids_b / word_ids_b / lengths_b
                                    (pair_* tasks)
     label         int32 [B]        classify, pair_classify;  float32 [B]: regress, pair_regress
-    labels        int32 [B, T]     tag, with label_weights float32 [B, T] (0 on <S>, </S>,
-                                   padding and any token left out of the loss)
+    labels        int32 [B, T]     tag: w_k's tag at k - 1, with label_weights float32 [B, T]
+                                   (0 past the words and on any word left out of the loss)
+
+Training replaces each known word id by the unknown id (1) with probability word_dropout, so
+the unknown word's row of the task embedding is trained: every training word is in the task
+vocabulary, and without it every unseen dev word would read one untrained random vector.
 """
 
 import dataclasses
@@ -52,6 +60,7 @@ from bertjax.objectives.objective import Objective
 
 Array = jax.Array
 FROZEN = ("bilm",)  # make_optimizer(frozen=FROZEN)
+UNKNOWN_WORD = 1  # the task vocabulary's id of a word training never saw (0 pads)
 # task model: what it outputs (pair_*: two sentences, each through the BiLSTM). The names
 # are the objectives' ("elmo_classify", ...) that workdirs record.
 TASK_OUTPUTS: dict[str, Output] = {"classify": CLASSES, "pair_classify": CLASSES,
@@ -72,6 +81,7 @@ class ElmoTaskSettings:
     elmo_dropout: float = 0.5  # on ELMo_k, wherever it is placed
     word_embed_dim: int = 0  # trainable context-independent word vectors x_k; 0 for none
     word_vocab_size: int = 0  # rows of that table: the task's vocabulary (word_ids)
+    word_dropout: float = 0.0  # training: a known word's id -> the unknown id (1), this often
     hidden_size: int = 256  # task BiLSTM units per direction
     num_layers: int = 1  # task BiLSTM layers
     dropout_rate: float = 0.2  # between BiLSTM layers and before the head
@@ -93,8 +103,17 @@ def task_bilm_config(config: ElmoConfig) -> ElmoConfig:
 
 
 def max_pool(h_BxTxD: Array, mask_BxT: Array) -> Array:
-    """[B, D] maximum over each row's real positions."""
-    return jnp.max(jnp.where(mask_BxT[..., None], h_BxTxD, -jnp.inf), axis=1)
+    """[B, D] maximum over each row's real positions (zeros for a row without any)."""
+    pooled_BxD = jnp.max(jnp.where(mask_BxT[..., None], h_BxTxD, -jnp.inf), axis=1)
+    return jnp.where(mask_BxT.any(axis=1, keepdims=True), pooled_BxD, 0.0)
+
+
+def strip_boundaries(layers_KxBxTxD: Array, lengths_B: Array) -> tuple[Array, Array]:
+    """The biLM's layers at the words alone: <S> (position 0) dropped, so word k sits at k - 1,
+    and </S> left past each row's n = lengths - 2 words (AllenNLP's
+    remove_sentence_boundaries). The task model never reads the boundary tokens."""
+    words_KxBxTxD = jnp.pad(layers_KxBxTxD[:, :, 1:], ((0, 0), (0, 0), (0, 1), (0, 0)))
+    return words_KxBxTxD, jnp.maximum(lengths_B - 2, 0)
 
 
 class ElmoTaskModel(nn.Module):
@@ -131,18 +150,27 @@ class ElmoTaskModel(nn.Module):
         e_BxTxD = jnp.where(mask_BxT[..., None], e_BxTxD, 0.0)
         return self.elmo_dropout(e_BxTxD, deterministic=deterministic)
 
+    def drop_words(self, word_ids_BxT: Array, deterministic: bool) -> Array:
+        """Training: each known word (id > 1) becomes the unknown word (1) with probability
+        word_dropout, so the unknown row learns what a word training never showed means."""
+        rate = self.settings.word_dropout
+        if deterministic or rate <= 0:
+            return word_ids_BxT
+        drop_BxT = jax.random.bernoulli(self.make_rng("dropout"), rate, word_ids_BxT.shape)
+        return jnp.where(drop_BxT & (word_ids_BxT > UNKNOWN_WORD), UNKNOWN_WORD, word_ids_BxT)
+
     def encode(self, token_ids_BxT: Array | None, char_ids_BxTxC: Array | None,
                word_ids_BxT: Array | None, lengths_B: Array, deterministic: bool
                ) -> tuple[Array, Array]:
         """Task features [B, T, D] of one sentence per row, and its [B, T] token mask."""
         bilm_out = self.bilm(token_ids_BxT, char_ids_BxTxC, lengths_B, True)
-        layers_KxBxTxD = layer_representations(bilm_out)
-        mask_BxT = length_mask(lengths_B, layers_KxBxTxD.shape[2])
+        layers_KxBxTxD, words_B = strip_boundaries(layer_representations(bilm_out), lengths_B)
+        mask_BxT = length_mask(words_B, layers_KxBxTxD.shape[2])
         x_BxTxF = self.elmo("input_mix", layers_KxBxTxD, mask_BxT, deterministic)
         if self.settings.word_embed_dim:
-            w_BxTxW = self.word_embed(word_ids_BxT)
+            w_BxTxW = self.word_embed(self.drop_words(word_ids_BxT, deterministic))
             x_BxTxF = jnp.concatenate([w_BxTxW, x_BxTxF], axis=-1)
-        h_BxTxD = self.encoder(x_BxTxF, lengths_B, deterministic)
+        h_BxTxD = self.encoder(x_BxTxF, words_B, deterministic)
         if self.settings.placement == "input_output":
             e_BxTxD = self.elmo("output_mix", layers_KxBxTxD, mask_BxT, deterministic)
             h_BxTxD = jnp.concatenate([h_BxTxD, e_BxTxD], axis=-1)

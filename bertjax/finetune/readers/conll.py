@@ -3,13 +3,15 @@
 One token a line, its fields separated by spaces or tabs: the token first, the tag last (the
 CoNLL-2003 layout is `token POS chunk NER`, so the tag is the NER tag); a blank line ends a
 sentence and `-DOCSTART-` lines start a new document (each sentence records its document's
-number, for models that read a sentence in its document's context). Every line has as many
+number, for models that read a sentence in its document's context; a file without any
+-DOCSTART- line marks no documents, and its sentences' document is None). Every line has as many
 fields as the file's first sentence: a line that does not is one error naming path:line, since
 a shifted column would silently turn a POS or chunk tag into the NER label.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -35,7 +37,7 @@ def read_conll(path: pathlib.Path, text: str) -> list[TaggedSentence]:
     tokens: list[str] = []
     tags: list[str] = []
     width = None  # the number of fields in the file's first sentence
-    document = 0
+    document, marked = 0, False  # marked: the file has -DOCSTART- lines
 
     def end_sentence() -> None:
         if tokens:
@@ -48,6 +50,7 @@ def read_conll(path: pathlib.Path, text: str) -> list[TaggedSentence]:
         fields = line.split()
         if not fields or fields[0] == "-DOCSTART-":
             end_sentence()
+            marked = marked or bool(fields)
             if fields and sentences:
                 document += 1
             continue
@@ -63,6 +66,8 @@ def read_conll(path: pathlib.Path, text: str) -> list[TaggedSentence]:
         tokens.append(fields[0])
         tags.append(fields[-1])
     end_sentence()
+    if not marked:  # no -DOCSTART- line: the file says nothing of documents
+        return [dataclasses.replace(sentence, document=None) for sentence in sentences]
     return sentences
 
 
@@ -86,6 +91,12 @@ def from_tfds(where: str, rows: Sequence[Mapping[str, Any]], reading: Reading, *
                                 f"{tag_key!r} tags; fix {LABEL_SETTING}")
         sentences.append(TaggedSentence(str(i), tuple(tokens), tuple(tags)))
     return sentences
+
+
+def label_feature(where: str, features: Sequence[str], configured: str | None) -> str:
+    """The tag feature of TFDS rows, as `from_tfds` picks it (its class names are the label
+    order: conll2003's ner is O, B-PER, I-PER, ...)."""
+    return _feature(where, features, configured, TAG_FEATURES, LABEL_SETTING)
 
 
 def _feature(where: str, features: Sequence[str], configured: str | None,

@@ -245,6 +245,12 @@ def _text_columns(
                         f"{list(columns)} (known: {known}); name them with {TEXT_SETTING}")
 
 
+def label_feature(where: str, columns: Sequence[str], configured: str | None) -> str | None:
+    """The column the labels are read from (None: unlabelled), as `examples_from_rows` picks
+    it; the TFDS reader takes that feature's class names as the label order."""
+    return _label_column(where, columns, configured)
+
+
 def _label_column(where: str, columns: Sequence[str], configured: str | None) -> str | None:
     if configured == "":
         return None  # unlabelled data

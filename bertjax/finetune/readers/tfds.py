@@ -13,7 +13,8 @@ the builders' FeaturesDict):
 
 TFDS has no SWAG builder; hellaswag, SWAG's successor, is the multiple-choice one. Examples are
 decoded to python (bytes to str, ClassLabel ints to their names, -1, TFDS's mark of an
-unlabelled test example, to None) and then go through the same column detection (tables.py),
+unlabelled test example, to None; the label feature's class names, in id order, go with them:
+`Examples.label_order`) and then go through the same column detection (tables.py),
 answer checks (squad.py), tag features (conll.py) and example types as files, so a dataset
 read from TFDS and from its files gives the same examples. (GLUE's stsb test split keeps
 TFDS's -1.0 placeholder scores.) Datasets are never downloaded here: prepare them first with
@@ -27,7 +28,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from bertjax.finetune.examples import Example, Reading, TaskDataError
+from bertjax.finetune.examples import Example, Examples, Reading, TaskDataError
 from bertjax.finetune.readers.formats import reader
 
 
@@ -131,5 +132,19 @@ def examples_from_tfds(
     names: class names of the ClassLabel features (`class_names(info.features)`).
     """
     rows = [decode_example(example, names) for example in examples]
-    return reader(reading).from_tfds(where, rows, reading, text_columns=text_columns,
-                                     label_column=label_column, training=training)
+    found = reader(reading).from_tfds(where, rows, reading, text_columns=text_columns,
+                                      label_column=label_column, training=training)
+    return Examples(found, label_order(where, rows, reading, names, label_column))
+
+
+def label_order(where: str, rows: Sequence[Mapping[str, Any]], reading: Reading,
+                names: Mapping[str, Sequence[str]], label_column: str | None
+                ) -> tuple[str, ...] | None:
+    """The ClassLabel names of the feature the examples' labels were read from, in TFDS's id
+    order (glue/mrpc: not_equivalent, equivalent), or None: no rows, or labels that are not
+    ClassLabel ids (a regression score, SQuAD's answers)."""
+    find = getattr(reader(reading), "label_feature", None)
+    if find is None or not rows:
+        return None
+    key = find(where, list(rows[0]), label_column)
+    return tuple(names[key]) if key in names else None

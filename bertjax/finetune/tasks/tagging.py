@@ -26,8 +26,8 @@ class Tagging(Task):
     metrics = metrics.TAGGING
 
     def label_names(self, train: Sequence[TaggedSentence], dev: Sequence[TaggedSentence],
-                    eval_spec: str) -> list[str]:
-        return check_labels(train, dev, eval_spec)
+                    eval_spec: str, order: Sequence[str] | None = None) -> list[str]:
+        return check_labels(train, dev, eval_spec, order)
 
     def targets(self, examples: Sequence[TaggedSentence], labels: list[str]
                 ) -> list[list[int]]:
