@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import heapq
 import json
 import os
 import pathlib
@@ -25,6 +24,7 @@ from collections.abc import Iterable, Sequence
 import regex
 
 from bertjax.files import write_text
+from bertjax.tokenizers.merges import apply_merges, learned_merges
 
 END_OF_TEXT = "<|endoftext|>"
 # GPT-2's pre-tokenizer (openai/gpt-2 encoder.py; the `tokenizers` ByteLevel default).
@@ -32,7 +32,6 @@ PRETOKENIZE = regex.compile(
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
 _CACHE_SIZE = 1 << 20  # words memoized by the encoder before the cache resets
-_NEVER = 1 << 62  # the rank of a pair that is not a merge
 
 
 class BpeError(ValueError):
@@ -105,22 +104,7 @@ class ByteLevelBPE:
 
     # ---- encoding
     def _bpe(self, word: str) -> tuple[int, ...]:
-        parts = list(word)
-        while len(parts) > 1:
-            pairs = zip(parts, parts[1:], strict=False)
-            rank, pair = min((self.ranks.get(p, _NEVER), p) for p in pairs)
-            if rank == _NEVER:
-                break
-            merged, i = [], 0
-            while i < len(parts):
-                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == pair:
-                    merged.append(parts[i] + parts[i + 1])
-                    i += 2
-                else:
-                    merged.append(parts[i])
-                    i += 1
-            parts = merged
-        return tuple(self.vocab[p] for p in parts)
+        return tuple(self.vocab[p] for p in apply_merges(list(word), self.ranks))
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         ids = self._cache.get(piece)
@@ -238,59 +222,16 @@ def learn_bpe(texts: Iterable[str], vocab_size: int,
 
 def _learn_merges(word_counts: dict[str, int], budget: int) -> list[tuple[str, str]]:
     """Merges in learning order, until `budget` new token strings exist."""
-    words = [list(w) for w in sorted(word_counts)]
-    freqs = [word_counts[w] for w in sorted(word_counts)]
-    pair_counts: collections.Counter[tuple[str, str]] = collections.Counter()
-    holders: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
-    for i, parts in enumerate(words):
-        for pair in zip(parts, parts[1:], strict=False):
-            pair_counts[pair] += freqs[i]
-            holders[pair].add(i)
-    heap = [(-c, a, b) for (a, b), c in pair_counts.items()]
-    heapq.heapify(heap)
+    words = sorted(word_counts)
     merges: list[tuple[str, str]] = []
     known: set[str] = set(bytes_to_unicode().values())
     new_tokens = 0
-    while heap and new_tokens < budget:
-        neg, a, b = heapq.heappop(heap)
-        count = pair_counts.get((a, b), 0)
-        if count != -neg:  # stale entry: requeue at its current count
-            if count > 0:
-                heapq.heappush(heap, (-count, a, b))
-            continue
-        if count < 2:
+    for a, b, merged in learned_merges([list(w) for w in words],
+                                       [word_counts[w] for w in words]):
+        if new_tokens >= budget:
             break
-        if a + b not in known:  # else the same string by another split: no new token
-            known.add(a + b)
+        if merged not in known:  # else the same string by another split: no new token
+            known.add(merged)
             new_tokens += 1
         merges.append((a, b))
-        _merge_pair(a, b, words, freqs, pair_counts, holders, heap)
     return merges
-
-
-def _merge_pair(a: str, b: str, words: list[list[str]], freqs: list[int],
-                pair_counts: collections.Counter, holders: dict, heap: list) -> None:
-    """Merge a+b in every word holding it, updating pair counts and queueing new pairs."""
-    touched: set[tuple[str, str]] = set()
-    for i in sorted(holders.pop((a, b), ())):
-        parts, out, j = words[i], [], 0
-        while j < len(parts):
-            if j + 1 < len(parts) and parts[j] == a and parts[j + 1] == b:
-                out.append(a + b)
-                j += 2
-            else:
-                out.append(parts[j])
-                j += 1
-        if len(out) == len(parts):
-            continue
-        for pair in zip(parts, parts[1:], strict=False):
-            pair_counts[pair] -= freqs[i]
-        for pair in zip(out, out[1:], strict=False):
-            pair_counts[pair] += freqs[i]
-            holders[pair].add(i)
-            touched.add(pair)
-        words[i] = out
-    pair_counts.pop((a, b), None)
-    for pair in touched:
-        if pair_counts.get(pair, 0) > 0:
-            heapq.heappush(heap, (-pair_counts[pair], *pair))

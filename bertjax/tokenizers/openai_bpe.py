@@ -21,10 +21,10 @@ from collections.abc import Iterable, Sequence
 
 from bertjax.files import write_text
 from bertjax.tokenizers.bpe import BpeError, read_merges
+from bertjax.tokenizers.merges import apply_merges
 from bertjax.tokenizers.wordpiece import basic_tokenize
 
 END_OF_WORD, UNKNOWN = "</w>", "<unk>"
-_NEVER = 1 << 62  # the rank of a pair that is not a merge
 
 
 class OpenAIGptBPE:
@@ -53,21 +53,7 @@ class OpenAIGptBPE:
         return self.vocab.get(self.unk_token)
 
     def _bpe(self, word: str) -> tuple[int, ...]:
-        parts = [*word[:-1], word[-1] + END_OF_WORD]
-        while len(parts) > 1:
-            rank, pair = min((self.ranks.get(p, _NEVER), p)
-                             for p in zip(parts, parts[1:], strict=False))
-            if rank == _NEVER:
-                break
-            merged, i = [], 0
-            while i < len(parts):
-                if i + 1 < len(parts) and (parts[i], parts[i + 1]) == pair:
-                    merged.append(parts[i] + parts[i + 1])
-                    i += 2
-                else:
-                    merged.append(parts[i])
-                    i += 1
-            parts = merged
+        parts = apply_merges([*word[:-1], word[-1] + END_OF_WORD], self.ranks)
         ids = [self.vocab.get(p, self.unk_id) for p in parts]
         return tuple(i for i in ids if i is not None)
 

@@ -30,7 +30,6 @@ because python, RE2/ICU and the Rust tokenizer each ship a different Unicode ver
 from __future__ import annotations
 
 import collections
-import heapq
 import os
 import pathlib
 import unicodedata
@@ -38,6 +37,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from bertjax.files import write_text
+from bertjax.tokenizers.merges import learned_merges
 from bertjax.tokenizers.wordpiece_rules import (
     CJK_RANGES,
     CLS,
@@ -495,67 +495,14 @@ def learn_vocabulary(
 
 def _merge_pieces(word_counts: dict[str, int], known: set[str], budget: int) -> list[str]:
     """Up to `budget` new pieces by repeatedly merging the most frequent adjacent pair."""
-    words = [[w[0], *(SUFFIX + ch for ch in w[1:])] for w in sorted(word_counts)]
-    freqs = [word_counts[w] for w in sorted(word_counts)]
-    pair_counts: collections.Counter[tuple[str, str]] = collections.Counter()
-    holders: dict[tuple[str, str], set[int]] = collections.defaultdict(set)
-    for i, pieces in enumerate(words):
-        for pair in zip(pieces, pieces[1:], strict=False):
-            pair_counts[pair] += freqs[i]
-            holders[pair].add(i)
-    heap = [(-c, a, b) for (a, b), c in pair_counts.items()]
-    heapq.heapify(heap)
+    words = sorted(word_counts)
+    pieces = [[w[0], *(SUFFIX + ch for ch in w[1:])] for w in words]
     learned: list[str] = []
-    while heap and len(learned) < budget:
-        neg_count, a, b = heapq.heappop(heap)
-        count = pair_counts.get((a, b), 0)
-        if count != -neg_count:  # stale entry: requeue at its current count
-            if count > 0:
-                heapq.heappush(heap, (-count, a, b))
-            continue
-        if count < 2:
-            break  # only pairs seen once remain: merging them would memorize hapaxes
-        merged = a + b[len(SUFFIX) :]
-        changed = _apply_merge(a, b, merged, words, freqs, pair_counts, holders)
-        for pair in changed:
-            if pair_counts.get(pair, 0) > 0:
-                heapq.heappush(heap, (-pair_counts[pair], *pair))
+    for _, _, merged in learned_merges(pieces, [word_counts[w] for w in words],
+                                       lambda a, b: a + b[len(SUFFIX):]):
+        if len(learned) >= budget:
+            break
         if merged not in known:
             known.add(merged)
             learned.append(merged)
     return learned
-
-
-def _apply_merge(
-    a: str,
-    b: str,
-    merged: str,
-    words: list[list[str]],
-    freqs: list[int],
-    pair_counts: collections.Counter[tuple[str, str]],
-    holders: dict[tuple[str, str], set[int]],
-) -> set[tuple[str, str]]:
-    """Merges a+b in every word holding the pair; updates pair counts; returns new pairs."""
-    new_pairs: set[tuple[str, str]] = set()
-    for i in sorted(holders.pop((a, b), ())):
-        pieces, out = words[i], []
-        j = 0
-        while j < len(pieces):
-            if j + 1 < len(pieces) and pieces[j] == a and pieces[j + 1] == b:
-                out.append(merged)
-                j += 2
-            else:
-                out.append(pieces[j])
-                j += 1
-        if len(out) == len(pieces):
-            continue  # holder set was stale for this word
-        for pair in zip(pieces, pieces[1:], strict=False):
-            pair_counts[pair] -= freqs[i]
-        for pair in zip(out, out[1:], strict=False):
-            pair_counts[pair] += freqs[i]
-            if merged in pair:
-                new_pairs.add(pair)
-                holders[pair].add(i)
-        words[i] = out
-    pair_counts.pop((a, b), None)
-    return new_pairs
