@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.layers.dropout import Dropout
-from bertjax.layers.transformer import TransformerConfig
+from bertjax.layers.transformer import TransformerConfig, layer_norm
 
 Array = jax.Array
 
@@ -25,6 +25,16 @@ def embed(
     )
 
 
+def token_and_position_tables(vocab_size: int, max_positions: int, config: TransformerConfig,
+                              token_name: str) -> tuple[nn.Embed, nn.Embed]:
+    """The token table (`token_name`) and the learned position table
+    ("position_embeddings"), with the stack's width, init and parameter dtype: the input
+    tables BERT and GPT share."""
+    std, E, dtype = config.initializer_range, config.hidden_size, config.weight_dtype
+    return (embed(vocab_size, E, ("vocab", "embed"), std, dtype, token_name),
+            embed(max_positions, E, ("position", "embed"), std, dtype, "position_embeddings"))
+
+
 class BertEmbeddings(nn.Module):
     """word + segment + position embeddings, then LayerNorm and dropout.
 
@@ -39,24 +49,13 @@ class BertEmbeddings(nn.Module):
 
     def setup(self) -> None:
         cfg = self.config
-        std, E, param_dtype = cfg.initializer_range, cfg.hidden_size, cfg.weight_dtype
-        self.word_embeddings = embed(
-            self.vocab_size, E, ("vocab", "embed"), std, param_dtype, "word_embeddings"
-        )
-        self.position_embeddings = embed(
-            self.max_position_embeddings, E, ("position", "embed"), std, param_dtype,
-            "position_embeddings",
-        )
+        self.word_embeddings, self.position_embeddings = token_and_position_tables(
+            self.vocab_size, self.max_position_embeddings, cfg, "word_embeddings")
         self.segment_embeddings = embed(
-            self.type_vocab_size, E, ("segment", "embed"), std, param_dtype, "segment_embeddings"
+            self.type_vocab_size, cfg.hidden_size, ("segment", "embed"), cfg.initializer_range,
+            cfg.weight_dtype, "segment_embeddings"
         )
-        self.layer_norm = nn.LayerNorm(
-            epsilon=cfg.layer_norm_eps,
-            dtype=cfg.compute_dtype,
-            param_dtype=param_dtype,
-            scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-        )
+        self.layer_norm = layer_norm(cfg, None)
         self.dropout = Dropout(cfg.dropout_rate)
 
     def __call__(

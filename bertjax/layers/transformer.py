@@ -126,14 +126,30 @@ def _dtype_name(setting: str, value: object) -> str:
     return name
 
 
-def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:
-    """LayerNorm with logically partitioned scale and bias, statistics in float32."""
+def layer_norm(config: TransformerConfig, name: str | None) -> nn.LayerNorm:
+    """LayerNorm with logically partitioned scale and bias, statistics in float32 (`name`
+    None inside a `setup`, which names it after its attribute)."""
     return nn.LayerNorm(
         epsilon=config.layer_norm_eps,
         dtype=config.compute_dtype,
         param_dtype=config.weight_dtype,
         scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+        name=name,
+    )
+
+
+def dense(features: int, axes: tuple[str, str], config: TransformerConfig, name: str,
+          std: float | None = None) -> nn.Dense:
+    """A Dense layer whose kernel (normal, `std` or the config's initializer range) and bias
+    (zeros) carry logical axis names, computed in the config's dtypes."""
+    return nn.Dense(
+        features,
+        kernel_init=nn.with_logical_partitioning(
+            nn.initializers.normal(config.initializer_range if std is None else std), axes),
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes[1],)),
+        dtype=config.compute_dtype,
+        param_dtype=config.weight_dtype,
         name=name,
     )
 
@@ -146,28 +162,11 @@ class MlpBlock(nn.Module):
     @nn.compact
     def __call__(self, x_BxLxE: Array) -> Array:
         cfg = self.config
-        h_BxLxM = nn.Dense(
-            cfg.mlp_dim,
-            kernel_init=nn.with_logical_partitioning(
-                nn.initializers.normal(cfg.initializer_range), ("embed", "mlp")
-            ),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
-            dtype=cfg.compute_dtype,
-            param_dtype=cfg.weight_dtype,
-            name="wi",
-        )(x_BxLxE)
+        h_BxLxM = dense(cfg.mlp_dim, ("embed", "mlp"), cfg, "wi")(x_BxLxE)
         h_BxLxM = ACTIVATIONS[cfg.activation](h_BxLxM)
         h_BxLxM = nn.with_logical_constraint(h_BxLxM, ("batch", "length", "act_mlp"))
-        return nn.Dense(
-            x_BxLxE.shape[-1],
-            kernel_init=nn.with_logical_partitioning(
-                nn.initializers.normal(cfg.residual_init_std), ("mlp", "embed")
-            ),
-            bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-            dtype=cfg.compute_dtype,
-            param_dtype=cfg.weight_dtype,
-            name="wo",
-        )(h_BxLxM)
+        return dense(x_BxLxE.shape[-1], ("mlp", "embed"), cfg, "wo",
+                     std=cfg.residual_init_std)(h_BxLxM)
 
 
 class TransformerBlock(nn.Module):

@@ -22,7 +22,13 @@ import jax.numpy as jnp
 
 from bertjax.layers.attention import AttentionMask
 from bertjax.layers.embeddings import BertEmbeddings
-from bertjax.layers.transformer import ACTIVATIONS, TransformerConfig, TransformerStack, layer_norm
+from bertjax.layers.transformer import (
+    ACTIVATIONS,
+    TransformerConfig,
+    TransformerStack,
+    dense,
+    layer_norm,
+)
 from bertjax.models.sizes import FamilyConfig
 
 Array = jax.Array
@@ -83,19 +89,6 @@ def bert_config(size: str, **overrides: Any) -> BertConfig:
     return BertConfig.from_dict({**size_settings(size), **overrides})
 
 
-def _dense(features: int, axes: tuple[str, str], cfg: TransformerConfig, name: str) -> nn.Dense:
-    return nn.Dense(
-        features,
-        kernel_init=nn.with_logical_partitioning(
-            nn.initializers.normal(cfg.initializer_range), axes
-        ),
-        bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes[1],)),
-        dtype=cfg.compute_dtype,
-        param_dtype=cfg.weight_dtype,
-        name=name,
-    )
-
-
 class BertModel(nn.Module):
     """Encoder + pooler. Returns the sequence output, pooled output and all hidden states.
 
@@ -118,7 +111,7 @@ class BertModel(nn.Module):
             cfg.vocab_size, cfg.max_position_embeddings, cfg.type_vocab_size, cfg.transformer
         )
         self.encoder = TransformerStack(cfg.transformer)
-        self.pooler = _dense(
+        self.pooler = dense(
             cfg.transformer.hidden_size, ("embed", "act_embed"), cfg.transformer, "pooler"
         )
 
@@ -201,7 +194,7 @@ class BertForPreTraining(nn.Module):
         seq_BxLxE = outputs["sequence_output"]
 
         h_BxPxE = jnp.take_along_axis(seq_BxLxE, masked_lm_positions[..., None], axis=1)
-        h_BxPxE = _dense(tcfg.hidden_size, ("embed", "act_embed"), tcfg, "mlm_transform")(h_BxPxE)
+        h_BxPxE = dense(tcfg.hidden_size, ("embed", "act_embed"), tcfg, "mlm_transform")(h_BxPxE)
         h_BxPxE = ACTIVATIONS["gelu"](h_BxPxE)
         h_BxPxE = layer_norm(tcfg, "mlm_layer_norm")(h_BxPxE)
         logits_BxPxV = bert.token_logits(h_BxPxE)
@@ -212,5 +205,5 @@ class BertForPreTraining(nn.Module):
             tcfg.weight_dtype,
         )
         logits_BxPxV = logits_BxPxV + bias_V
-        nsp_logits_Bx2 = _dense(2, ("embed", "classes"), tcfg, "nsp")(outputs["pooled_output"])
+        nsp_logits_Bx2 = dense(2, ("embed", "classes"), tcfg, "nsp")(outputs["pooled_output"])
         return {"mlm_logits": logits_BxPxV, "nsp_logits": nsp_logits_Bx2}

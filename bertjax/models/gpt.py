@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from bertjax.layers.attention import AttentionMask
 from bertjax.layers.dropout import Dropout
-from bertjax.layers.embeddings import attend, embed
+from bertjax.layers.embeddings import attend, token_and_position_tables
 from bertjax.layers.transformer import TransformerConfig, TransformerStack
 from bertjax.models.sizes import TRANSFORMER_FIELDS, FamilyConfig
 
@@ -103,14 +103,8 @@ class GptLM(nn.Module):
 
     def setup(self) -> None:
         cfg, tcfg = self.config, self.config.transformer
-        std, E, param_dtype = tcfg.initializer_range, tcfg.hidden_size, tcfg.weight_dtype
-        self.token_embeddings = embed(
-            cfg.vocab_size, E, ("vocab", "embed"), std, param_dtype, "token_embeddings"
-        )
-        self.position_embeddings = embed(
-            cfg.max_position_embeddings, E, ("position", "embed"), std, param_dtype,
-            "position_embeddings",
-        )
+        self.token_embeddings, self.position_embeddings = token_and_position_tables(
+            cfg.vocab_size, cfg.max_position_embeddings, tcfg, "token_embeddings")
         self.dropout = Dropout(tcfg.dropout_rate)
         self.transformer = TransformerStack(tcfg)
 
