@@ -13,11 +13,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.objectives.objective import Objective, init_from_batch
-from bertjax.objectives.xent import token_cross_entropy
+from bertjax.objectives.xent import weighted_cross_entropy
 
 Array = jax.Array
 
@@ -27,22 +26,10 @@ def lm_loss(
 ) -> tuple[Array, dict[str, Array]]:
     """Weighted mean next-token cross-entropy (float32), accuracy and perplexity = exp(loss)."""
     with jax.named_scope("lm_loss"):  # the profile's "loss and softmax" row
-        weights_BxL = weights_BxL.astype(jnp.float32)
-        if fused:
-            xent_BxL, correct_BxL = token_cross_entropy(logits_BxLxV, target_ids_BxL)
-        else:
-            logits_BxLxV = logits_BxLxV.astype(jnp.float32)
-            xent_BxL = optax.softmax_cross_entropy_with_integer_labels(logits_BxLxV, target_ids_BxL)
-            correct_BxL = (logits_BxLxV.argmax(-1) == target_ids_BxL).astype(jnp.float32)
-        denom = jnp.maximum(weights_BxL.sum(), 1e-6)
-        loss = (xent_BxL * weights_BxL).sum() / denom
-        accuracy = (correct_BxL * weights_BxL).sum() / denom
-        return loss, {
-            "lm_loss": loss,
-            "lm_accuracy": accuracy,
-            "perplexity": jnp.exp(loss),
-            "lm_weight": weights_BxL.sum(),
-        }
+        loss, accuracy, weight = weighted_cross_entropy(logits_BxLxV, target_ids_BxL,
+                                                        weights_BxL, fused)
+        return loss, {"lm_loss": loss, "lm_accuracy": accuracy, "perplexity": jnp.exp(loss),
+                      "lm_weight": weight}
 
 
 def gpt_lm_loss(

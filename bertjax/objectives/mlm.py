@@ -3,10 +3,8 @@
 import math
 
 import jax
-import jax.numpy as jnp
-import optax
 
-from bertjax.objectives.xent import token_cross_entropy
+from bertjax.objectives.xent import weighted_cross_entropy
 
 Array = jax.Array
 
@@ -19,25 +17,12 @@ def mlm_loss(
 
     `masked_lm_weights` is 1 for every selected position (whether it became [MASK], a random
     token or stayed unchanged) and 0 for padding, so all selected tokens are predicted.
-    `fused` (default) reads the logits without a float32 copy (objectives/xent.py); False
-    takes optax's cross-entropy on float32 logits (the A/B baseline).
+    `fused` (default) reads the logits without a float32 copy (objectives/xent.py).
     """
     with jax.named_scope("mlm_loss"):  # the profile's "loss and softmax" row
-        weights_BxP = masked_lm_weights_BxP.astype(jnp.float32)
-        if fused:
-            xent_BxP, correct_BxP = token_cross_entropy(logits_BxPxV, masked_lm_ids_BxP)
-        else:
-            logits_BxPxV = logits_BxPxV.astype(jnp.float32)
-            xent_BxP = optax.softmax_cross_entropy_with_integer_labels(logits_BxPxV,
-                                                                       masked_lm_ids_BxP)
-            # The target's logit reaching the row maximum (ties count as correct) reuses the max
-            # the softmax computes; XLA's CPU argmax is an unvectorized reduction.
-            target_BxP = jnp.take_along_axis(logits_BxPxV, masked_lm_ids_BxP[..., None], -1)[..., 0]
-            correct_BxP = (target_BxP >= logits_BxPxV.max(-1)).astype(jnp.float32)
-        denom = jnp.maximum(weights_BxP.sum(), 1e-6)
-        loss = (xent_BxP * weights_BxP).sum() / denom
-        accuracy = (correct_BxP * weights_BxP).sum() / denom
-        return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": weights_BxP.sum()}
+        loss, accuracy, weight = weighted_cross_entropy(logits_BxPxV, masked_lm_ids_BxP,
+                                                        masked_lm_weights_BxP, fused)
+        return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": weight}
 
 
 def packed_predictions(seq_length: int, packed_sequences: int = 0,
