@@ -275,7 +275,8 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
          signals: preemption.StopSignals) -> RunResult:
     check_run(exp, mesh, workdir)
     local_batch = exp.batch_size // jax.process_count()
-    checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints)
+    # the run holds the workdir's lease: only it sets unreadable checkpoints aside
+    checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints, quarantine=True)
     writer = MetricWriter(workdir)
     evaluation = _Evaluation(evaluator, workdir, writer) if evaluator else None
     state, start_step, summary, stopped = None, 0, {}, None

@@ -2,6 +2,7 @@
 damaged checkpoints, a full disk, a loss that turns non-finite; and metrics logged once."""
 
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -227,15 +228,63 @@ def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, fou
     assert "Traceback" not in result.stderr
 
 
-def test_restore_for_inference_falls_back_too(four_steps, tmp_path):
+def tiny_abstract_params():
+    task = bert_pretraining(bert_config("tiny", vocab_size=512, max_position_embeddings=32))
+    trainer = build_trainer(task, make_optimizer(), make_mesh(devices=jax.devices()[:1]), 8, 32)
+    return trainer.abstract_state.params
+
+
+def listing(workdir):
+    return sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
+
+
+def test_restore_for_inference_falls_back_and_moves_nothing(four_steps, tmp_path, caplog):
+    """A reader (generate, embed, fill-mask, --init, export) skips an unreadable checkpoint
+    with one warning and leaves it where it is: quarantine is the lease holder's alone (a
+    reader that moved one beside a training run used to kill that run)."""
     workdir = copy_of(four_steps, tmp_path)
     # Every data file: which file holds the parameters (all this read needs) varies by run.
     for file in data_files(workdir / "checkpoints" / "4"):
         truncate(file)
-    task = bert_pretraining(bert_config("tiny", vocab_size=512, max_position_embeddings=32))
-    trainer = build_trainer(task, make_optimizer(), make_mesh(devices=jax.devices()[:1]), 8, 32)
-    _, _, step = restore_params(workdir, trainer.abstract_state.params)
-    assert step == 2 and (workdir / "checkpoints" / "corrupt-4").is_dir()
+    before = listing(workdir)
+    with caplog.at_level(logging.WARNING):
+        _, _, step = restore_params(workdir, tiny_abstract_params())
+    assert step == 2 and listing(workdir) == before
+    warned = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(warned) == 1 and "left in place" in warned[0], warned
+
+
+def vanishing(monkeypatch, step_dir):
+    """Make the next read of `step_dir` find it deleted half-way, as a run that keeps only its
+    newest checkpoints deletes an old one while a reader reads it."""
+    read = ocp.CheckpointManager.restore
+
+    def deleted_meanwhile(manager, step, *args, **kwargs):
+        if step_dir.exists() and int(step_dir.name) == step:
+            shutil.rmtree(step_dir)
+        return read(manager, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", deleted_meanwhile)
+
+
+def test_a_checkpoint_deleted_while_read_is_a_retry_not_corruption(four_steps, tmp_path,
+                                                                   monkeypatch, caplog):
+    workdir = copy_of(four_steps, tmp_path)
+    vanishing(monkeypatch, workdir / "checkpoints" / "4")
+    with caplog.at_level(logging.WARNING):
+        _, _, step = restore_params(workdir, tiny_abstract_params())
+    assert step == 2
+    assert not list((workdir / "checkpoints").glob("corrupt-*"))
+    assert "cannot be read" not in caplog.text
+
+
+def test_export_reads_past_a_checkpoint_deleted_while_read(four_steps, tmp_path, monkeypatch):
+    from bertjax.training.checkpoint import restore_saved_params
+
+    workdir = copy_of(four_steps, tmp_path)
+    vanishing(monkeypatch, workdir / "checkpoints" / "4")
+    _, _, which = restore_saved_params(workdir)
+    assert which == "step 2" and not list((workdir / "checkpoints").glob("corrupt-*"))
 
 
 def test_no_readable_checkpoint_is_one_line(bert_sample, tmp_path):
