@@ -107,7 +107,7 @@ def new_file_mode(path: str | os.PathLike) -> int:
         return 0o666 & ~_umask()
 
 
-def _fsync_directory(directory: str | os.PathLike) -> None:
+def fsync_directory(directory: str | os.PathLike) -> None:
     """Make a rename in `directory` survive a power cut (where the platform allows)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -150,7 +150,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-        _fsync_directory(target.parent)
+        fsync_directory(target.parent)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
@@ -161,7 +161,7 @@ def _remove_orphans(target: pathlib.Path) -> None:
     before they could clean up: their names carry the writer's PID."""
     for orphan in target.parent.glob(f".{glob_escape(target.name)}.*.tmp"):
         pid = orphan.name[len(target.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_running(int(pid)):
             orphan.unlink(missing_ok=True)
 
 
@@ -170,7 +170,8 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
-def _running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """True while process `pid` of this host exists (temporary files name their writer)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
