@@ -178,6 +178,22 @@ def test_a_vocabulary_that_does_not_fit_the_checkpoint(data, tmp_path):
     assert "vocab.txt" in line and "tokens" in line
 
 
+def test_a_truncated_hugging_face_init_is_one_line(data, minilm_2, tmp_path):
+    """A model.safetensors cut short (an interrupted download) was a raw SafetensorError."""
+    copy = tmp_path / "minilm"
+    copy.mkdir()
+    for file in minilm_2.iterdir():
+        if file.name != "model.safetensors":
+            (copy / file.name).symlink_to(file)
+    weights = (minilm_2 / "model.safetensors").read_bytes()
+    (copy / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={copy}",
+                      f"--workdir={tmp_path / 'run'}", f"--train={data[0]}",
+                      f"--eval={data[1]}")
+    assert f"{copy / 'model.safetensors'}: cannot be read" in line and "truncated" in line
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.fixture(scope="module")
 def two_topics(agnews_dir, tmp_path_factory):
     """Sports vs Business (AG News), and their training text as a pretraining corpus."""
