@@ -245,8 +245,15 @@ class AppendFile:
 @functools.cache
 def _download_root() -> pathlib.Path:
     root = tempfile.mkdtemp(prefix="bertjax-files-")
-    atexit.register(shutil.rmtree, root, True)
+    atexit.register(remove_downloads)
     return pathlib.Path(root)
+
+
+def remove_downloads() -> None:
+    """Remove the local copies `local_copy` made (at exit; also called by a tool that ends at
+    once, without running the exit handlers)."""
+    if _download_root.cache_info().currsize:
+        shutil.rmtree(_download_root(), ignore_errors=True)
 
 
 def local_copy(path: str | os.PathLike) -> pathlib.Path:

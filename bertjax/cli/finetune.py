@@ -35,7 +35,7 @@ from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
 from bertjax.finetune.runner import RunOutcome
-from bertjax.training import lease, loop, preemption
+from bertjax.training import lease, loop, preemption, unstarted
 from bertjax.training.evaluation import RESULTS
 
 PROGRAM = "bertjax-finetune"
@@ -106,7 +106,8 @@ def main() -> None:
             raise gin_utils.ConfigError(
                 f"--{name} is required: {PROGRAM} --gin_file=configs/finetune/RECIPE.gin "
                 "--init=MODEL --train=FILE --eval=FILE --workdir=DIR")
-    with preemption.watch(), lease.hold(workdir, FLAGS.lease_timeout):
+    with (preemption.watch(), lease.hold(workdir, FLAGS.lease_timeout),
+          unstarted.discard_if_interrupted(workdir)):
         runner.announce_backend(PROGRAM)
         gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
         start = time.perf_counter()

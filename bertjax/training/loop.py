@@ -28,7 +28,7 @@ from bertjax.layers.partitioning import DEFAULT_RULES
 from bertjax.objectives.objective import Objective
 from bertjax.training import lease as lease_lib
 from bertjax.training import mesh as mesh_lib
-from bertjax.training import preemption
+from bertjax.training import preemption, unstarted
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import Checkpointer, abstract_like
 from bertjax.training.evaluation import BestKeeper, Evaluator
@@ -263,10 +263,12 @@ def run(
     own. An `evaluator` runs every `evaluator.every` steps and at the end, and the
     best evaluation's parameters and predictions are kept (see training/evaluation.py).
     The run holds the workdir's lease (training/lease.py) and watches for stop signals
-    (training/preemption.py); a tool that took both earlier keeps them.
+    (training/preemption.py); a tool that took both earlier keeps them. A new run stopped
+    before its first step leaves no files behind (training/unstarted.py).
     """
     workdir = as_path(workdir)
-    with preemption.watch() as signals, lease_lib.hold(workdir):
+    with (preemption.watch() as signals, lease_lib.hold(workdir),
+          unstarted.discard_if_interrupted(workdir)):
         return _run(exp, workdir, mesh, show_progress, initial_params, evaluator, signals)
 
 
