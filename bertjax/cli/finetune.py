@@ -22,12 +22,10 @@ in the format the GLUE server reads (bertjax/finetune/official.py).
 
 import json
 import os
-import pathlib
 import sys
 import time
 
 import gin
-import jax
 from absl import flags
 
 import bertjax.finetune
@@ -39,7 +37,6 @@ from bertjax.training import lease, loop, preemption, unstarted
 from bertjax.training.evaluation import RESULTS
 
 PROGRAM = "bertjax-finetune"
-INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
 FLAGS = flags.FLAGS
 
 
@@ -114,10 +111,6 @@ def main() -> None:
         outcome = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress,
                            tuple(FLAGS.predict), FLAGS.do_lower_case)
         result, results = outcome.result, outcome.results
-        if jax.process_index() == 0 and result.step > result.start_step:
-            local = "," not in FLAGS.init and not files.is_remote(FLAGS.init)
-            init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init
-            files.write_text(workdir / INIT_RECORD, init + "\n")
         runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
             result, results, workdir, time.perf_counter() - start))
 

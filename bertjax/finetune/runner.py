@@ -4,8 +4,10 @@
     load the pretrained model (--init)                        -> bertjax.finetune.pretrained
     encode, build the objective                               -> setup_task: task x adapter
     AdamW with linear warmup and decay, epochs -> steps        -> training.optim
+    task.json, tokenizer files, init.txt before the first step -> task_record.py (a resume with
+                                                                  another vocabulary is refused)
     train, evaluating every eval_every steps and at the end    -> training.loop + evaluate.py
-    task.json, GLUE submissions from the best checkpoint       -> task_record.py, official.py
+    GLUE submissions from the best checkpoint                  -> official.py
 
 `bertjax-finetune`, `bertjax-glue`, benchmarks/finetune_classification.py and the tests all run
 fine-tuning through `run`; re-running with the same workdir resumes.
@@ -24,13 +26,14 @@ import jax
 from bertjax import files
 from bertjax.finetune import official
 from bertjax.finetune.adapter import check_supported
+from bertjax.finetune.arrays import describe
 from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.examples import Example
 from bertjax.finetune.families import get_adapter
 from bertjax.finetune.pretrained import Pretrained, load_pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import TaskSetup, setup_task
-from bertjax.finetune.task_record import write_task_record
+from bertjax.finetune.task_record import check_same_tokenizer, write_task_record
 from bertjax.finetune.tasks import get_task
 from bertjax.training import loop
 from bertjax.training.evaluation import RESULTS
@@ -79,18 +82,28 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
     one-line message names the fix, raised before the workdir changes."""
     workdir = files.as_path(workdir)  # local or gs://
     check_supported(get_adapter(recipe.family, recipe.approach), get_task(recipe.task))
-    train_examples, _ = _examples(train, recipe, "train")
+    train_examples, train_name = _examples(train, recipe, "train")
     eval_examples, eval_name = _examples(eval, recipe, "validation")
     unlabelled = official.read_unlabelled(predict, recipe)
     model = init if isinstance(init, Pretrained) else load_pretrained(init, recipe.family,
                                                                        lower_case=lower_case)
+    init_spec = init if isinstance(init, str) else model.source
+    check_same_tokenizer(workdir, model, init_spec)  # a resume: the vocabulary it trained with
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name)
     steps = num_steps(recipe, len(next(iter(setup.train.values()))))
     tx = make_optimizer("adamw", recipe.learning_rate, math.ceil(recipe.warmup_fraction * steps),
                         steps, eps=recipe.adam_epsilon, weight_decay=recipe.weight_decay,
                         frozen=setup.frozen)
     length = setup.adapter.seq_length(setup.train)
-    exp = Experiment(setup.objective, setup.source(recipe.seed), tx, recipe.batch_size, steps,
+
+    def save_records(workdir: files.Path) -> dict:
+        """task.json, the tokenizer's files and init.txt, before the first step (process 0)."""
+        if jax.process_index() != 0:
+            return {}
+        return write_task_record(workdir, recipe, model, setup.labels, init_spec)
+
+    source = setup.source(recipe.seed, describe(train_name, setup.train), save_records)
+    exp = Experiment(setup.objective, source, tx, recipe.batch_size, steps,
                      ((1.0, length),), seed=recipe.seed, log_every=min(10, steps),
                      checkpoint_every=max(1, recipe.eval_every))
     evaluator = make_evaluator(setup, min(recipe.eval_every, steps),
@@ -99,7 +112,6 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
                       setup.initial_params, evaluator)
     written = []
     if jax.process_index() == 0:
-        write_task_record(workdir, recipe, model, setup.labels)
         written = official.write_submissions(workdir, unlabelled, setup,
                                              recipe.eval_batch_size or recipe.batch_size)
     results_file = workdir / RESULTS

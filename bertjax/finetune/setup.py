@@ -7,7 +7,7 @@ them, and a family that cannot serve the task type says so in one line.
 """
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertjax.finetune.adapter import Adapter, Arrays, check_supported
@@ -75,9 +75,12 @@ class TaskSetup:
     def report(self, params: Any) -> dict[str, Any]:
         return self.adapter.report(params)
 
-    def source(self, seed: int) -> ArraySource:
-        """The training examples as the loop's data source."""
-        return ArraySource(self.train, seed=seed, buckets=self.buckets)
+    def source(self, seed: int, name: str | None = None,
+               save_files: Callable[[Any], dict] | None = None) -> ArraySource:
+        """The training examples as the loop's data source (`name` and `save_files`: see
+        ArraySource)."""
+        return ArraySource(self.train, seed=seed, buckets=self.buckets, name=name,
+                           save_files=save_files)
 
 
 def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequence[Example],
