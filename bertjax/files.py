@@ -19,6 +19,7 @@ import it, and gcsfs and tensorstore honour the documented emulator endpoints
 
 import atexit
 import contextlib
+import errno
 import functools
 import io
 import os
@@ -145,7 +146,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
                                suffix=".tmp")
     try:
         os.fchmod(fd, new_file_mode(target))
-        with os.fdopen(fd, mode, **text) as f:
+        with naming(target), os.fdopen(fd, mode, **text) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -198,6 +199,42 @@ def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
     write_bytes(target, as_path(source).read_bytes())
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_no_space(err: BaseException) -> bool:
+    """True for an OSError of a full disk or an exhausted quota."""
+    return isinstance(err, OSError) and err.errno in NO_SPACE
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """OSErrors raised in the block name `path` when they name no file themselves (a write or
+    fsync on an open file reports only '[Errno 28] No space left on device')."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror, os.fspath(path)) from None
+
+
+def no_space_message(err: OSError, need: str = "", fix: str = "use a larger disk") -> str:
+    """One line for a full disk: the file, the space left there, what is needed (`need`,
+    e.g. "a checkpoint takes about 6 MiB") and `fix`."""
+    where = err.filename or "a file"
+    free = ""
+    if err.filename and not is_remote(err.filename):
+        directory = pathlib.Path(os.path.abspath(err.filename))
+        while not directory.exists() and directory != directory.parent:
+            directory = directory.parent
+        with contextlib.suppress(OSError):
+            free = f"{shutil.disk_usage(directory).free / 2**20:.1f} MiB free there"
+    detail = "; ".join(part for part in (free, need) if part)
+    return (f"no space left on the device to write {where}" + (f" ({detail})" if detail else "")
+            + f": free space there or {fix}")
+
+
 class AppendFile:
     """A file that grows by appends: metrics.jsonl and TensorBoard event files.
 
@@ -225,21 +262,26 @@ class AppendFile:
             self.data += data
             self.dirty = True
         else:
-            self.file.write(data)
+            with naming(self.path):
+                self.file.write(data)
 
     def flush(self, force: bool = False) -> None:
         """Make what was written durable (on object stores: at most every remote_interval s)."""
         if not self.remote:
-            self.file.flush()
-            os.fsync(self.file.fileno())
+            with naming(self.path):
+                self.file.flush()
+                os.fsync(self.file.fileno())
         elif self.dirty and (force or time.monotonic() - self.flushed_at >= self.remote_interval):
             self.path.write_bytes(bytes(self.data))
             self.dirty, self.flushed_at = False, time.monotonic()
 
     def close(self) -> None:
-        self.flush(force=True)
-        if not self.remote:
-            self.file.close()
+        try:
+            self.flush(force=True)
+        finally:
+            if not self.remote:
+                with contextlib.suppress(OSError):  # what a failed flush left is dropped
+                    self.file.close()
 
 
 @functools.cache

@@ -28,7 +28,10 @@ def one_line(err: BaseException) -> str:
 
 
 def fail(program: str, err: BaseException | str) -> None:
-    """Print `program: error: <one line>` on stderr and exit with status 2."""
+    """Print `program: error: <one line>` on stderr and exit with status 2 (a full disk: the
+    file and the space left there)."""
+    if files.is_no_space(err):
+        err = files.no_space_message(err)
     message = err if isinstance(err, str) else one_line(err)
     print(f"{program}: error: {message}", file=sys.stderr, flush=True)
     sys.exit(2)

@@ -138,16 +138,27 @@ class Checkpointer:
                 raise
             for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
                 partial.rmtree(missing_ok=True)
-            latest = self.manager.latest_step()
-            kept = (f"checkpoint {latest} is intact and rerunning resumes from it"
-                    if latest is not None else "no checkpoint was written")
             raise CheckpointError(
                 f"no space left on the device to save a checkpoint in {self.directory} (one "
-                f"takes about {self._checkpoint_bytes(state) / 2**20:.0f} MiB): free that much "
-                f"or pass a --workdir on a larger disk; {kept}") from None
+                f"takes about {self.checkpoint_bytes(state) / 2**20:.0f} MiB): free that much "
+                f"or pass a --workdir on a larger disk; {self.kept()}") from None
 
-    def _checkpoint_bytes(self, state: Any) -> int:
-        latest = self.manager.latest_step()
+    def _finished_steps(self) -> list[int]:
+        """The steps whose save finished (orbax renames a finished one to its step), read
+        from the directory: the manager re-raises a failed background save when asked."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+
+    def kept(self) -> str:
+        """What a rerun resumes from, in words (for the line of a run that failed)."""
+        latest = max(self._finished_steps(), default=None)
+        return (f"checkpoint {latest} is intact and rerunning resumes from it"
+                if latest is not None else "no checkpoint was written")
+
+    def checkpoint_bytes(self, state: Any) -> int:
+        """About what one checkpoint of `state` takes (the newest one's size, if local)."""
+        latest = max(self._finished_steps(), default=None)
         if latest is not None and not is_remote(self.directory):
             files = pathlib.Path(self.directory / str(latest)).rglob("*")
             return sum(f.stat().st_size for f in files if f.is_file())

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from bertjax.files import absolute, as_path, filesystem, is_remote
+from bertjax.files import absolute, as_path, filesystem, is_remote, naming
 
 LEASE = "lease.json"
 DEFAULT_TIMEOUT = 600.0  # seconds an object-storage lease lives without renewal
@@ -157,9 +157,16 @@ class Lease:
             holder = self._read_local(fd)
             if holder and holder.get("token"):
                 self._warn_takeover(holder, "that process has ended")
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, self._payload(), 0)
-            os.fsync(fd)
+            try:
+                with naming(self.path):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, self._payload(), 0)
+                    os.fsync(fd)
+            except OSError:  # a full disk: no empty lease left behind
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
+                os.close(fd)
+                raise
             self._fd = fd
             return
         raise self._in_use(None)
