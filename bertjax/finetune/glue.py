@@ -122,6 +122,21 @@ class GlueData:
         return task.dev if self.glue_dir is not None else task.tfds_dev
 
 
+def check_data(data: GlueData, tasks: Sequence[GlueTask]) -> None:
+    """Every selected task's files are there before the first run: a missing one used to end
+    the benchmark in one line only when its task came, after every task before it trained."""
+    if data.glue_dir is None:
+        return  # TFDS: each dataset is read (and prepared, if need be) when its task comes
+    for task in tasks:
+        for split in ("train", *data.splits(task)):
+            path = data.glue_dir / task.name / f"{split}.tsv"
+            if not path.is_file():
+                raise TaskDataError(f"{path} is missing: {task.name} needs train.tsv and "
+                                    f"{', '.join(s + '.tsv' for s in data.splits(task))} in "
+                                    f"{data.glue_dir / task.name}; put GLUE's files there or "
+                                    f"leave {task.name} out of --tasks")
+
+
 def read_headerless_cola(path: pathlib.Path) -> list[TextExample]:
     """CoLA's train.tsv / dev.tsv: no header; source, label (0/1), original label, sentence."""
     examples = []
@@ -202,6 +217,7 @@ def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
     for every seed and learning rate (None: the recipe's own), score each run on the task's
     dev sets, and write WORKDIR/glue_results.json and glue_results.md. None when a run was
     stopped by a signal or preemption notice (it saved its checkpoint: rerun to resume)."""
+    check_data(data, tasks)
     root = pathlib.Path(workdir)
     scores, chosen = {}, {}
     for task in tasks:
