@@ -22,6 +22,7 @@ import contextlib
 import errno
 import functools
 import io
+import logging
 import os
 import pathlib
 import re
@@ -38,6 +39,18 @@ if os.environ.get("STORAGE_EMULATOR_HOST"):
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from etils import epath  # noqa: E402
+
+
+class _NoLibraryTracebacks(logging.Filter):
+    """gcsfs logs a request that ran out of retries with its whole traceback (about 50 lines
+    on the terminal) and then raises it; bertjax reports that error in one line, so those
+    records are dropped. Its other records (debug, warnings) pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and record.levelno >= logging.ERROR)
+
+
+logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
 
 Path = epath.Path
 OBJECT_STORES = ("gs",)  # the URI schemes bertjax reads and writes
