@@ -51,18 +51,13 @@ def _save_tokenizer(workdir: Path, tokenizer: Any) -> dict[str, Any] | None:
     return None
 
 
-def _tokenizer_bytes(tokenizer: Any) -> tuple[dict[str, bytes], bool | None]:
-    """({file name: bytes} the tokenizer's files hold, lower_case) as a run would copy them."""
-    from bertjax.tokenizers.bpe import ByteLevelBPE
-    from bertjax.tokenizers.wordpiece import WordPieceVocabulary
-
-    if isinstance(tokenizer, WordPieceVocabulary):
-        return {"vocab.txt": as_path(tokenizer.vocab_path).read_bytes()}, tokenizer.lower_case
-    if isinstance(tokenizer, ByteLevelBPE):
-        with tempfile.TemporaryDirectory() as directory:
-            written = tokenizer.save(directory)
-            return {p.name: p.read_bytes() for p in written}, None
-    return {}, None
+def _tokenizer_files(tokenizer: Any) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """({file name: bytes}, record) of the tokenizer as a run would copy it into its workdir
+    (written to a temporary directory by the same code, whatever the tokenizer's kind)."""
+    with tempfile.TemporaryDirectory() as directory:
+        record = _save_tokenizer(as_path(directory), tokenizer) or {}
+        return ({name: (as_path(directory) / name).read_bytes()
+                 for name in record.get("files", {}).values()}, record)
 
 
 def init_text(init: str) -> str:
@@ -101,19 +96,19 @@ def check_same_tokenizer(workdir: str | os.PathLike, model: Pretrained, init: st
     recorded = (record or {}).get("tokenizer") or {}
     if not recorded.get("files"):
         return  # a new run, or one from before runs recorded their task
-    given, lower_case = _tokenizer_bytes(model.tokenizer)
+    given, settings = _tokenizer_files(model.tokenizer)
     started = (workdir / INIT_RECORD).read_text().strip() if (
         workdir / INIT_RECORD).is_file() else record.get("init")
-    fix = (f"pass the --init it started from ({started}) or use a new --workdir")
+    fix = f"pass the --init it started from ({started}) or use a new --workdir"
     for name in recorded["files"].values():
         path = workdir / name
         if not path.is_file() or given.get(name) != path.read_bytes():
             raise ValueError(f"{path}, which checkpoint {step} was trained with, differs from "
                              f"the vocabulary of --init={init}: {fix}")
-    if lower_case is not None and lower_case != recorded.get("lower_case", lower_case):
-        raise ValueError(f"--init={init} is {'un' if lower_case else ''}cased but checkpoint "
-                         f"{step} of {workdir} was trained "
-                         f"{'un' if recorded['lower_case'] else ''}cased: {fix}")
+    for key, value in recorded.items():  # the kind, lower_case, ...: how text becomes ids
+        if key not in ("files", "vocab_size", "sha256") and settings.get(key) != value:
+            raise ValueError(f"--init={init} tokenizes with {key}={settings.get(key)!r} but "
+                             f"checkpoint {step} of {workdir} was trained with {value!r}: {fix}")
 
 
 def read_task_record(workdir: str | os.PathLike) -> dict[str, Any] | None:

@@ -137,6 +137,16 @@ def test_a_resume_with_an_init_of_another_vocabulary_is_refused(bert_run, data, 
                       f"--workdir={workdir}", f"--train={data[0]}", f"--eval={data[1]}", *QUICK)
     assert f"{workdir / 'vocab.txt'}, which checkpoint 10 was trained with, differs" in line
     assert str(minilm_2.resolve()) in line  # the --init to pass instead
+    cased = tmp_path / "cased"
+    cased.mkdir()
+    for file in minilm_2.iterdir():
+        if file.name != "tokenizer_config.json":
+            (cased / file.name).symlink_to(file)
+    config = json.loads((minilm_2 / "tokenizer_config.json").read_text())
+    (cased / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={cased}",
+                      f"--workdir={workdir}", f"--train={data[0]}", f"--eval={data[1]}", *QUICK)
+    assert "lower_case=False" in line and "trained with True" in line, line
     assert {name: (workdir / name).read_bytes() for name in before} == before
     assert digest(workdir / "best") == best
 
