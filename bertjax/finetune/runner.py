@@ -90,6 +90,7 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
     init_spec = init if isinstance(init, str) else model.source
     check_same_tokenizer(workdir, model, init_spec)  # a resume: the vocabulary it trained with
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name)
+    official.warn_unseen_labels(predict, recipe, setup.labels)
     steps = num_steps(recipe, len(next(iter(setup.train.values()))))
     tx = make_optimizer("adamw", recipe.learning_rate, math.ceil(recipe.warmup_fraction * steps),
                         steps, eps=recipe.adam_epsilon, weight_decay=recipe.weight_decay,

@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -157,6 +158,23 @@ def test_a_rerun_on_other_training_data_says_so(bert_run, data, minilm_2):
     assert result.returncode == 0, result.stderr[-2000:]
     changed = [x for x in result.stderr.splitlines() if "resuming with corpus" in x]
     assert len(changed) == 1 and str(data[1]) in changed[0] and str(data[0]) in changed[0]
+
+
+def test_cut_rows_and_a_predict_file_of_other_labels_are_each_one_warning(
+        bert_run, data, minilm_2, tmp_path):
+    """Rows longer than max_seq_length were cut, and a --predict file labelled with classes
+    the model never saw (SST-2's 0/1 through an AG News model) was predicted, without a
+    word."""
+    workdir, _ = bert_run
+    other = write_tsv(tmp_path / "sst2.tsv", [("a fine film", "1"), ("a dull film", "0"),
+                                              ("a long film", "0")])
+    result = finetune(workdir, "bert_classification", *data, *QUICK, f"--predict={other}",
+                      init=minilm_2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    cut = [x for x in result.stderr.splitlines() if "finetune.max_seq_length=48" in x]
+    assert len(cut) == 1 and re.search(r"\b\d+ sequences of the 320 training examples", cut[0])
+    unseen = [x for x in result.stderr.splitlines() if "never trained on" in x]
+    assert len(unseen) == 1 and "3 of its 3 rows" in unseen[0] and "(0, 1)" in unseen[0]
 
 
 def test_task_records_are_written_before_the_first_step(data, minilm_2, tmp_path, monkeypatch):
