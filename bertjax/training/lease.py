@@ -81,6 +81,7 @@ class Lease:
             "started": datetime.datetime.fromtimestamp(now).isoformat(timespec="seconds"),
             "renewed": now, "token": uuid.uuid4().hex}
         self.created_workdir = False
+        self.created_root = self.workdir
         self._fd: int | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -107,6 +108,7 @@ class Lease:
     def acquire(self) -> None:
         try:
             if not self.workdir.exists():
+                self.created_root = self._first_missing()
                 self.workdir.mkdir(parents=True, exist_ok=True)
                 self.created_workdir = True
         except OSError as err:
@@ -139,12 +141,25 @@ class Lease:
             self._fd = None
         self._remove_created_workdir()
 
+    def _first_missing(self) -> object:
+        """The outermost directory of the workdir's path that does not exist yet."""
+        first = self.workdir
+        while not first.parent.exists() and first.parent != first:
+            first = first.parent
+        return first
+
     def _remove_created_workdir(self) -> None:
-        """A run refused before it wrote anything leaves no workdir behind."""
-        if self.created_workdir:
-            with contextlib.suppress(OSError):
-                if not any(self.workdir.iterdir()):
-                    self.workdir.rmdir()
+        """A run refused (or stopped) before it wrote anything leaves no workdir behind, nor
+        the parents it created (bertjax-glue's TASK/lr_RATE/ of a seed_N run)."""
+        if not self.created_workdir:
+            return
+        directory = self.workdir
+        with contextlib.suppress(OSError):
+            while not any(directory.iterdir()):
+                directory.rmdir()
+                if directory == self.created_root or self.remote:
+                    break
+                directory = directory.parent
 
     # ---------------------------------------------------------------- local: flock
 

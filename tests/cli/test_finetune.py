@@ -274,6 +274,12 @@ def test_a_truncated_hugging_face_init_is_one_line(data, minilm_2, tmp_path):
                       f"--eval={data[1]}")
     assert f"{copy / 'model.safetensors'}: cannot be read" in line and "truncated" in line
     assert not (tmp_path / "run").exists()
+    (copy / "config.json").unlink()
+    (copy / "config.json").write_text('{"model_type": "bert",')  # cut short too
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={copy}",
+                      f"--workdir={tmp_path / 'run'}", f"--train={data[0]}",
+                      f"--eval={data[1]}")
+    assert f"{copy / 'config.json'}: not valid JSON" in line  # was JSON's message alone
 
 
 @pytest.fixture(scope="module")
