@@ -43,11 +43,14 @@ from etils import epath  # noqa: E402
 
 class _NoLibraryTracebacks(logging.Filter):
     """gcsfs logs a request that ran out of retries with its whole traceback (about 50 lines
-    on the terminal) and then raises it; bertjax reports that error in one line, so those
-    records are dropped. Its other records (debug, warnings) pass."""
+    on the terminal) and then raises it, and warns that it cannot probe a bucket's type
+    whenever the bucket cannot be reached; bertjax reports the error that follows in one
+    line, so those records are dropped. Its other records (debug, warnings) pass."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and record.levelno >= logging.ERROR)
+        if record.exc_info and record.levelno >= logging.ERROR:
+            return False
+        return not record.getMessage().startswith("Could not determine bucket type")
 
 
 logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
@@ -149,8 +152,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         handle = buffer if "b" in mode else io.TextIOWrapper(buffer, **text)
         yield handle
         handle.flush()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(buffer.getvalue())
+        with reaching(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(buffer.getvalue())
         return
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -210,6 +214,25 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Copy a file between any two places (local or object store), atomically at `target`."""
     write_bytes(target, as_path(source).read_bytes())
+
+
+@contextlib.contextmanager
+def reaching(path: str | os.PathLike) -> Iterator[None]:
+    """Network errors of an object-store write in the block as one OSError naming `path`
+    (gcsfs raises the client's own, which names only the host)."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, FileNotFoundError | PermissionError) or err.filename is not None:
+            raise
+        raise unreachable(path, err) from None
+
+
+def unreachable(path: str | os.PathLike, err: BaseException) -> OSError:
+    """`path` on object storage could not be reached, in one line naming it."""
+    detail = " ".join(str(err).split())[:200] or type(err).__name__
+    return OSError(f"{path} cannot be reached ({detail}): check the network, the bucket name "
+                   "and the credentials")
 
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)

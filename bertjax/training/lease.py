@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from bertjax.files import absolute, as_path, filesystem, is_remote, naming
+from bertjax.files import absolute, as_path, filesystem, is_remote, naming, unreachable
 
 LEASE = "lease.json"
 DEFAULT_TIMEOUT = 600.0  # seconds an object-storage lease lives without renewal
@@ -114,14 +114,14 @@ class Lease:
         except OSError as err:
             if not self.remote:
                 raise
-            raise _unreachable(self.workdir, err) from None
+            raise unreachable(self.workdir, err) from None
         try:
             self._acquire_remote() if self.remote else self._acquire_local()
         except OSError as err:
             self._remove_created_workdir()
             if not self.remote or isinstance(err, FileNotFoundError | PermissionError):
                 raise
-            raise _unreachable(self.workdir, err) from None
+            raise unreachable(self.workdir, err) from None
         except BaseException:
             self._remove_created_workdir()
             raise
@@ -267,13 +267,6 @@ class Lease:
                 self.path.write_bytes(self._payload())
             except OSError as err:  # a network error: try again at the next renewal
                 logging.warning("%s: could not renew the lease (%s)", self.workdir, err)
-
-
-def _unreachable(workdir: object, err: OSError) -> OSError:
-    """A workdir on object storage that cannot be reached, in one line naming it."""
-    detail = " ".join(str(err).split())[:200] or type(err).__name__
-    return OSError(f"{workdir} cannot be reached ({detail}): check the network, the bucket name "
-                   "and the credentials")
 
 
 def _agree(refusal: str | None) -> str | None:
