@@ -12,8 +12,8 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
-from bertjax import files
-from bertjax.cli import gin_utils
+from bertjax import cli, files
+from bertjax.cli import gin_utils, interrupts
 from bertjax.training import lease, preemption
 
 FLAGS = flags.FLAGS
@@ -121,6 +121,8 @@ def guarded(program: str, main: Callable[..., None],
             absl_logging.set_verbosity(absl_logging.WARNING)
         try:
             with _terminate_as_interrupt():
+                if cli.tool_name() is not None and program not in cli.TRAINING_TOOLS:
+                    interrupts.watch(program)  # Ctrl-C even while XLA compiles for minutes
                 main(argv[1:]) if positional else main()
         except (ValueError, OSError) as err:
             fail(program, err)
