@@ -19,8 +19,10 @@ import it, and gcsfs and tensorstore honour the documented emulator endpoints
 
 import atexit
 import contextlib
+import errno
 import functools
 import io
+import logging
 import os
 import pathlib
 import re
@@ -37,6 +39,21 @@ if os.environ.get("STORAGE_EMULATOR_HOST"):
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 from etils import epath  # noqa: E402
+
+
+class _NoLibraryTracebacks(logging.Filter):
+    """gcsfs logs a request that ran out of retries with its whole traceback (about 50 lines
+    on the terminal) and then raises it, and warns that it cannot probe a bucket's type
+    whenever the bucket cannot be reached; bertjax reports the error that follows in one
+    line, so those records are dropped. Its other records (debug, warnings) pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.levelno >= logging.ERROR:
+            return False
+        return not record.getMessage().startswith("Could not determine bucket type")
+
+
+logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
 
 Path = epath.Path
 OBJECT_STORES = ("gs",)  # the URI schemes bertjax reads and writes
@@ -107,7 +124,7 @@ def new_file_mode(path: str | os.PathLike) -> int:
         return 0o666 & ~_umask()
 
 
-def _fsync_directory(directory: str | os.PathLike) -> None:
+def fsync_directory(directory: str | os.PathLike) -> None:
     """Make a rename in `directory` survive a power cut (where the platform allows)."""
     try:
         fd = os.open(directory, os.O_RDONLY)
@@ -135,8 +152,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         handle = buffer if "b" in mode else io.TextIOWrapper(buffer, **text)
         yield handle
         handle.flush()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(buffer.getvalue())
+        with reaching(path):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(buffer.getvalue())
         return
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -145,12 +163,12 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
                                suffix=".tmp")
     try:
         os.fchmod(fd, new_file_mode(target))
-        with os.fdopen(fd, mode, **text) as f:
+        with naming(target), os.fdopen(fd, mode, **text) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-        _fsync_directory(target.parent)
+        fsync_directory(target.parent)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
         raise
@@ -161,7 +179,7 @@ def _remove_orphans(target: pathlib.Path) -> None:
     before they could clean up: their names carry the writer's PID."""
     for orphan in target.parent.glob(f".{glob_escape(target.name)}.*.tmp"):
         pid = orphan.name[len(target.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_running(int(pid)):
             orphan.unlink(missing_ok=True)
 
 
@@ -170,7 +188,8 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
-def _running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """True while process `pid` of this host exists (temporary files name their writer)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -195,6 +214,61 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 def copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
     """Copy a file between any two places (local or object store), atomically at `target`."""
     write_bytes(target, as_path(source).read_bytes())
+
+
+@contextlib.contextmanager
+def reaching(path: str | os.PathLike) -> Iterator[None]:
+    """Network errors of an object-store write in the block as one OSError naming `path`
+    (gcsfs raises the client's own, which names only the host)."""
+    try:
+        yield
+    except OSError as err:
+        if isinstance(err, FileNotFoundError | PermissionError) or err.filename is not None:
+            raise
+        raise unreachable(path, err) from None
+
+
+def unreachable(path: str | os.PathLike, err: BaseException) -> OSError:
+    """`path` on object storage could not be reached, in one line naming it."""
+    detail = " ".join(str(err).split())[:200] or type(err).__name__
+    return OSError(f"{path} cannot be reached ({detail}): check the network, the bucket name "
+                   "and the credentials")
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def is_no_space(err: BaseException) -> bool:
+    """True for an OSError of a full disk or an exhausted quota."""
+    return isinstance(err, OSError) and err.errno in NO_SPACE
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike) -> Iterator[None]:
+    """OSErrors raised in the block name `path` when they name no file themselves (a write or
+    fsync on an open file reports only '[Errno 28] No space left on device')."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None or err.errno is None:
+            raise
+        raise OSError(err.errno, err.strerror, os.fspath(path)) from None
+
+
+def no_space_message(err: OSError, need: str = "", fix: str = "use a larger disk") -> str:
+    """One line for a full disk: the file, the space left there, what is needed (`need`,
+    e.g. "a checkpoint takes about 6 MiB") and `fix`."""
+    where = err.filename or "a file"
+    free = ""
+    if err.filename and not is_remote(err.filename):
+        directory = pathlib.Path(os.path.abspath(err.filename))
+        while not directory.exists() and directory != directory.parent:
+            directory = directory.parent
+        with contextlib.suppress(OSError):
+            free = f"{shutil.disk_usage(directory).free / 2**20:.1f} MiB free there"
+    detail = "; ".join(part for part in (free, need) if part)
+    return (f"no space left on the device to write {where}" + (f" ({detail})" if detail else "")
+            + f": free space there or {fix}")
 
 
 class AppendFile:
@@ -224,28 +298,40 @@ class AppendFile:
             self.data += data
             self.dirty = True
         else:
-            self.file.write(data)
+            with naming(self.path):
+                self.file.write(data)
 
     def flush(self, force: bool = False) -> None:
         """Make what was written durable (on object stores: at most every remote_interval s)."""
         if not self.remote:
-            self.file.flush()
-            os.fsync(self.file.fileno())
+            with naming(self.path):
+                self.file.flush()
+                os.fsync(self.file.fileno())
         elif self.dirty and (force or time.monotonic() - self.flushed_at >= self.remote_interval):
             self.path.write_bytes(bytes(self.data))
             self.dirty, self.flushed_at = False, time.monotonic()
 
     def close(self) -> None:
-        self.flush(force=True)
-        if not self.remote:
-            self.file.close()
+        try:
+            self.flush(force=True)
+        finally:
+            if not self.remote:
+                with contextlib.suppress(OSError):  # what a failed flush left is dropped
+                    self.file.close()
 
 
 @functools.cache
 def _download_root() -> pathlib.Path:
     root = tempfile.mkdtemp(prefix="bertjax-files-")
-    atexit.register(shutil.rmtree, root, True)
+    atexit.register(remove_downloads)
     return pathlib.Path(root)
+
+
+def remove_downloads() -> None:
+    """Remove the local copies `local_copy` made (at exit; also called by a tool that ends at
+    once, without running the exit handlers)."""
+    if _download_root.cache_info().currsize:
+        shutil.rmtree(_download_root(), ignore_errors=True)
 
 
 def local_copy(path: str | os.PathLike) -> pathlib.Path:

@@ -78,3 +78,22 @@ def test_unsupported_schemes_are_one_line_and_gs_paths_are_not_local():
     path = files.as_path("gs://bucket/run") / "model.json"
     assert str(path) == "gs://bucket/run/model.json" and files.is_remote(path)
     assert not files.is_remote(files.as_path("gs:/bucket"))  # one slash: a local name
+
+
+def test_gcsfs_tracebacks_are_not_logged_its_other_records_are(caplog):
+    """gcsfs logged about 50 lines of retry traceback before bertjax's own one line for an
+    unreachable gs:// workdir (the error itself still reaches the tool)."""
+    import logging
+
+    import bertjax.files  # noqa: F401 - installs the filter
+
+    gcsfs_log = logging.getLogger("gcsfs")
+    with caplog.at_level(logging.DEBUG, logger="gcsfs"):
+        try:
+            raise ConnectionRefusedError("Connect call failed ('127.0.0.1', 9)")
+        except ConnectionRefusedError as err:
+            gcsfs_log.exception(f"_request out of retries on exception: {err}")
+        gcsfs_log.warning("Could not determine bucket type for bucket name b: no credentials")
+        gcsfs_log.warning("a warning of its own")
+    assert "out of retries" not in caplog.text and "bucket type" not in caplog.text
+    assert "a warning of its own" in caplog.text

@@ -15,12 +15,17 @@ Importing this package prepares the process before JAX or TensorFlow start:
   configured, so TF_CPP_MIN_LOG_LEVEL cannot hide them: whenever it is first imported in a
   tool's process, they are captured and shown only if that import fails. TensorFlow is kept
   off GPUs, which JAX uses.
+* Ctrl-C or SIGTERM while a tool's process imports its modules (seconds: JAX, TensorFlow)
+  ends it with the tool's one line and exit status 130, not a 40-line KeyboardInterrupt
+  traceback; the tool's own handling (cli/runner.py, training/preemption.py) takes over once
+  it starts. Only a tool's own process gets this handler, not code that imports bertjax.
 """
 
 import glob
 import importlib.abc
 import importlib.machinery
 import os
+import signal
 import sys
 import tempfile
 from types import ModuleType
@@ -85,3 +90,35 @@ if not has_accelerator():
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _QuietTensorFlowFinder())
+
+
+TRAINING_TOOLS = ("bertjax-train", "bertjax-finetune", "bertjax-glue")
+
+
+def tool_name() -> str | None:
+    """The bertjax tool this process runs (a console script, or python -m bertjax.cli.NAME),
+    or None when bertjax is imported by other code (a notebook, the tests)."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if script.startswith("bertjax-"):
+        return script
+    argv = list(getattr(sys, "orig_argv", sys.argv))
+    if "-m" in argv[:-1]:
+        module = argv[argv.index("-m") + 1]
+        if module.startswith("bertjax.cli.") and module.count(".") == 2:
+            return "bertjax-" + module.rsplit(".", 1)[1].replace("_", "-")
+    return None
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    del frame
+    tool = tool_name() or "bertjax"
+    why = signal.Signals(signum).name
+    line = (f"{tool}: interrupted before training started ({why}): nothing was saved"
+            if tool in TRAINING_TOOLS else f"{tool}: interrupted")
+    os.write(2, (line + "\n").encode())
+    os._exit(130)
+
+
+if tool_name() is not None:
+    for _signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signal, _interrupted_while_starting)

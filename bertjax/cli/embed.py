@@ -17,6 +17,7 @@ import sys
 import numpy as np
 from absl import flags
 
+from bertjax import files
 from bertjax.cli import runner
 from bertjax.data.corpora import is_binary
 from bertjax.files import atomic_file
@@ -129,7 +130,8 @@ def embed_file(checkpoint: str | None, input_path: str | None, output: str | Non
         vectors = embed_lines(embedder, [lines[i] for i in keep], layers, mix_weights)
         write_npz(output, {str(i): v for i, v in zip(keep, vectors, strict=True)})
     except (ValueError, OSError) as err:
-        print(f"{PROGRAM}: error: {runner.one_line(err)}", file=sys.stderr)
+        message = files.no_space_message(err) if files.is_no_space(err) else runner.one_line(err)
+        print(f"{PROGRAM}: error: {message}", file=sys.stderr)
         return 2
     empty = [i + 1 for i, line in enumerate(lines) if not line]
     if empty:

@@ -22,12 +22,10 @@ in the format the GLUE server reads (bertjax/finetune/official.py).
 
 import json
 import os
-import pathlib
 import sys
 import time
 
 import gin
-import jax
 from absl import flags
 
 import bertjax.finetune
@@ -35,11 +33,10 @@ from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
 from bertjax.finetune.runner import RunOutcome
-from bertjax.training import lease, loop, preemption
+from bertjax.training import lease, loop, preemption, unstarted
 from bertjax.training.evaluation import RESULTS
 
 PROGRAM = "bertjax-finetune"
-INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
 FLAGS = flags.FLAGS
 
 
@@ -106,17 +103,14 @@ def main() -> None:
             raise gin_utils.ConfigError(
                 f"--{name} is required: {PROGRAM} --gin_file=configs/finetune/RECIPE.gin "
                 "--init=MODEL --train=FILE --eval=FILE --workdir=DIR")
-    with preemption.watch(), lease.hold(workdir, FLAGS.lease_timeout):
+    with (preemption.watch(), lease.hold(workdir, FLAGS.lease_timeout),
+          unstarted.discard_if_interrupted(workdir)):
         runner.announce_backend(PROGRAM)
         gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
         start = time.perf_counter()
         outcome = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress,
                            tuple(FLAGS.predict), FLAGS.do_lower_case)
         result, results = outcome.result, outcome.results
-        if jax.process_index() == 0 and result.step > result.start_step:
-            local = "," not in FLAGS.init and not files.is_remote(FLAGS.init)
-            init = str(pathlib.Path(FLAGS.init).resolve()) if local else FLAGS.init
-            files.write_text(workdir / INIT_RECORD, init + "\n")
         runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
             result, results, workdir, time.perf_counter() - start))
 

@@ -112,6 +112,7 @@ def main() -> None:
         raise gin_utils.ConfigError(f"--glue_dir={FLAGS.glue_dir} is not a directory: pass "
                                     "GLUE's glue_data directory or 'tfds'")
     tasks = glue.select_tasks(FLAGS.tasks)
+    glue.check_data(glue.GlueData(glue_dir), tasks)  # all of them, before any task trains
     recipes = recipe_for(FLAGS.family, FLAGS.gin_bindings)
     recipes(tasks[0])  # a bad binding fails now, in one line
     mesh = gin.get_configurable("bertjax.make_mesh")()  # --gin.make_mesh.* as bertjax-finetune

@@ -12,8 +12,8 @@ import jax
 from absl import app, flags
 from absl import logging as absl_logging
 
-from bertjax import files
-from bertjax.cli import gin_utils
+from bertjax import cli, files
+from bertjax.cli import gin_utils, interrupts
 from bertjax.training import lease, preemption
 
 FLAGS = flags.FLAGS
@@ -28,7 +28,10 @@ def one_line(err: BaseException) -> str:
 
 
 def fail(program: str, err: BaseException | str) -> None:
-    """Print `program: error: <one line>` on stderr and exit with status 2."""
+    """Print `program: error: <one line>` on stderr and exit with status 2 (a full disk: the
+    file and the space left there)."""
+    if files.is_no_space(err):
+        err = files.no_space_message(err)
     message = err if isinstance(err, str) else one_line(err)
     print(f"{program}: error: {message}", file=sys.stderr, flush=True)
     sys.exit(2)
@@ -38,7 +41,8 @@ def finish_run(program: str, result: Any, workdir: os.PathLike,
                summary: Callable[[], str]) -> None:
     """The end of a training run (a `loop.RunResult`): process 0 records the operative
     config.gin of a run that trained and prints `summary()`; a run stopped by a signal or
-    preemption then says where it stopped (its exit status is 0)."""
+    preemption then says where it stopped (its exit status is 0), and one that a signal
+    reached only after its last step says that it is complete."""
     if jax.process_index() == 0:
         if result.step > result.start_step:  # a no-op run leaves the recorded config alone
             files.write_text(files.as_path(workdir) / "config.gin", gin.operative_config_str())
@@ -46,6 +50,9 @@ def finish_run(program: str, result: Any, workdir: os.PathLike,
     if result.stopped:
         print(f"{program}: stopped at step {result.step} ({result.stopped}): the checkpoint is "
               "saved; rerun the same command to resume", file=sys.stderr, flush=True)
+    elif preemption.received():
+        print(f"{program}: {preemption.received()} came after the last step: the run is "
+              "complete and saved", file=sys.stderr, flush=True)
 
 
 def announce_backend(program: str) -> None:
@@ -114,18 +121,30 @@ def guarded(program: str, main: Callable[..., None],
             absl_logging.set_verbosity(absl_logging.WARNING)
         try:
             with _terminate_as_interrupt():
+                if cli.tool_name() is not None and program not in cli.TRAINING_TOOLS:
+                    interrupts.watch(program)  # Ctrl-C even while XLA compiles for minutes
                 main(argv[1:]) if positional else main()
         except (ValueError, OSError) as err:
             fail(program, err)
         except preemption.Interrupted as err:  # a training tool, before training started
-            print(f"{program}: interrupted before training started ({err}): nothing was "
-                  "saved", file=sys.stderr, flush=True)
-            sys.exit(130)
+            exit_interrupted(f"{program}: interrupted before training started ({err}): "
+                             "nothing was saved")
         except KeyboardInterrupt:
-            print(f"{program}: interrupted", file=sys.stderr, flush=True)
-            sys.exit(130)
+            exit_interrupted(f"{program}: interrupted")
 
     return run_main
+
+
+def exit_interrupted(line: str) -> None:
+    """Print `line` and end the process with status 130 at once, without finalizing the
+    interpreter: a signal may arrive while XLA compiles on its own threads, and tearing down
+    the JAX client under a compile that is still running crashed the process (a
+    segmentation fault after the line). What the tool wrote was cleaned up as the interrupt
+    went up (context managers, atomic files); local copies of gs:// files are removed here."""
+    print(line, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    files.remove_downloads()
+    os._exit(130)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -139,6 +158,9 @@ class _terminate_as_interrupt:  # noqa: N801 - used as a context manager
     def __enter__(self) -> None:
         try:
             self.previous = signal.signal(signal.SIGTERM, self._raise)
+            # Ctrl-C raises KeyboardInterrupt again (bertjax.cli's quiet start-up handler, which
+            # covers the imports, ends here)
+            self.previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
         except ValueError:  # not the main thread
             self.previous = None
 
@@ -149,6 +171,7 @@ class _terminate_as_interrupt:  # noqa: N801 - used as a context manager
     def __exit__(self, *exc: object) -> None:
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
+            signal.signal(signal.SIGINT, self.previous_int)
 
 
 def run(program: str, doc: str, main: Callable[..., None], modules: Sequence[str],

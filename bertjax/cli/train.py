@@ -22,7 +22,7 @@ from absl import flags
 from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.objectives.objective import Objective
-from bertjax.training import distributed, lease, loop, preemption
+from bertjax.training import distributed, lease, loop, preemption, unstarted
 from bertjax.training import workdir as workdir_lib
 
 PROGRAM = "bertjax-train"
@@ -120,7 +120,8 @@ def main() -> None:
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
                            auto=FLAGS.distributed)
     with preemption.watch():  # from here on: preparation can take minutes
-        with lease.hold(workdir, FLAGS.lease_timeout):  # one run per workdir
+        with (lease.hold(workdir, FLAGS.lease_timeout),  # one run per workdir
+              unstarted.discard_if_interrupted(workdir)):
             runner.announce_backend(PROGRAM)
             gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
             start = time.perf_counter()

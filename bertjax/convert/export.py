@@ -21,8 +21,9 @@ tokens of its tokenizer).
 The checkpoint read is a fine-tuning run's best (WORKDIR/best) by default, else the newest;
 WORKDIR/checkpoints/STEP names one. Layers trained with scan_layers=True are un-stacked, and
 weights are written in float32 (whatever they were trained in) unless `dtype` says otherwise.
-Nothing is written to `out` until the export is complete: files are staged beside it and
-moved into place, so a failed export leaves `out` as it was.
+Nothing is written to `out` until the export is complete: files are staged and moved into
+place, so a failed export leaves `out` as it was; `out` may be local or gs://, never a run's
+directory, and --overwrite replaces only the files export writes (convert/destination.py).
 """
 
 import dataclasses
@@ -30,16 +31,17 @@ import json
 import os
 import pathlib
 import shutil
-import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import ml_dtypes
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
-from bertjax.convert import elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
+from bertjax import files
+from bertjax.convert import destination, elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
 from bertjax.finetune.task_record import TASK_RECORD, read_task_record
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import resolve, restore_saved_params
@@ -280,43 +282,25 @@ def _write_bilm(trained: Trained, out: pathlib.Path, encoder_only: bool) -> list
 # ----------------------------------------------------------------------------- writing
 
 
-def check_destination(out: pathlib.Path, overwrite: bool) -> None:
-    """One line unless `out` is new, empty, or may be overwritten."""
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out={out} is a file: pass a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ExportError(f"--out={out} is not empty: pass a new directory, or --overwrite "
-                          "to replace what it holds")
-
-
-def _move_into_place(staging: pathlib.Path, out: pathlib.Path) -> None:
-    """Replace `out` (absent, empty or to be overwritten) by `staging` in two renames, with
-    the permissions a new directory and files get (the staging directory is private)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for file in staging.iterdir():
-        file.chmod(0o666 & ~umask)
-    staging.chmod(0o777 & ~umask)
-    old = out.with_name(f".{out.name}.old")
-    if out.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        out.rename(old)
-    staging.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+def _estimated_bytes(trained: Trained, dtype: str) -> int:
+    """About what the exported weights take on disk."""
+    width = np.dtype(DTYPES[dtype]).itemsize
+    return sum(np.size(x) * width for x in jax.tree.leaves(trained.params))
 
 
 def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = "hf",
            dtype: str = "float32", encoder_only: bool = False, overwrite: bool = False,
            best: bool = True) -> Exported:
-    """Export the model of `checkpoint` (a workdir, or WORKDIR/checkpoints/STEP) into `out`."""
+    """Export the model of `checkpoint` (a workdir, or WORKDIR/checkpoints/STEP) into `out`
+    (local or gs://): refused when `out` is, holds or lies in a run (destination.py)."""
     if format not in FORMATS:
         raise ExportError(f"unknown --format={format!r}: use hf (transformers) or bilm "
                           "(bilm-tf ELMo)")
     if dtype not in DTYPES:
         raise ExportError(f"unknown --dtype={dtype!r}: use one of {', '.join(DTYPES)}")
-    out = pathlib.Path(out)
-    check_destination(out, overwrite)
+    out = files.as_path(out)
     workdir, record = read_run_record(checkpoint)
+    destination.check(out, overwrite, workdir)
     family = record["family"]
     if (family == "elmo") != (format == "bilm"):
         fix = ("ELMo has no transformers counterpart: export it with --format=bilm"
@@ -324,24 +308,32 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
                f"{family.upper()} with --format=hf")
         raise ExportError(f"{workdir}: {fix}")
     trained = load_trained(checkpoint, best)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        if format == "bilm":
-            model, files = "bilm-tf biLM", _write_bilm(trained, staging, encoder_only)
-        else:
-            build = _bert_files if family == "bert" else _gpt_files
-            model, tensors, config_json, write_tokenizer = build(trained, encoder_only)
-            config_json["dtype"] = dtype
-            save_file(_cast(tensors, dtype), staging / "model.safetensors",
-                      metadata={"format": "pt"})
-            (staging / "config.json").write_text(json.dumps(config_json, indent=2) + "\n",
-                                                 encoding="utf-8")
-            files = ["config.json", "model.safetensors", *write_tokenizer(staging)]
-        _move_into_place(staging, out)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return Exported(out, model, tuple(files), f"{trained.workdir} ({trained.which})")
+    with destination.staging(out) as staging:
+        try:
+            model, files_written = _write(trained, staging, format, family, dtype, encoder_only)
+            destination.place(staging, out, files_written)
+        except (OSError, ValueError, RuntimeError, SafetensorError) as err:
+            if not destination.is_no_space(err):
+                raise
+            raise ExportError(
+                f"no space left on the device to write --out={out} (the export takes about "
+                f"{_estimated_bytes(trained, dtype) / 2**20:.0f} MiB): free that much or pass "
+                f"an --out on a larger disk; {out} is as it was") from None
+    return Exported(out, model, tuple(files_written), f"{trained.workdir} ({trained.which})")
+
+
+def _write(trained: Trained, staging: pathlib.Path, format: str, family: str, dtype: str,
+           encoder_only: bool) -> tuple[str, list[str]]:
+    """Write the export's files into `staging`; (the model it holds, the file names)."""
+    if format == "bilm":
+        return "bilm-tf biLM", _write_bilm(trained, staging, encoder_only)
+    build = _bert_files if family == "bert" else _gpt_files
+    model, tensors, config_json, write_tokenizer = build(trained, encoder_only)
+    config_json["dtype"] = dtype
+    save_file(_cast(tensors, dtype), staging / "model.safetensors", metadata={"format": "pt"})
+    (staging / "config.json").write_text(json.dumps(config_json, indent=2) + "\n",
+                                         encoding="utf-8")
+    return model, ["config.json", "model.safetensors", *write_tokenizer(staging)]
 
 
 def export_bert(config: Any, params: dict[str, Any], out: str | os.PathLike,

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from bertjax.convert import hf_bert
+from bertjax.files import glob_escape
 from bertjax.models.bert import BertConfig
 
 PathLike = str | os.PathLike
@@ -168,8 +169,34 @@ def read_variables(prefix: PathLike) -> dict[str, np.ndarray]:
         raise GoogleCheckpointError(f"{prefix}: not a readable TensorFlow checkpoint "
                                     f"({str(e).splitlines()[0][:160]}): pass the released "
                                     ".index and .data-* files together") from None
+    data = _data_files(pathlib.Path(prefix))
     names = [n for n in reader.get_variable_to_shape_map() if not _IGNORED.search(n)]
-    return {name: np.asarray(reader.get_tensor(name)) for name in sorted(names)}
+    try:
+        return {name: np.asarray(reader.get_tensor(name)) for name in sorted(names)}
+    except Exception as e:  # noqa: BLE001 - TensorFlow's errors, IndexError on a short file
+        where = data[0] if len(data) == 1 else f"{prefix}.data-*"
+        raise GoogleCheckpointError(f"{where}: cannot be read ({_first_line(e)}): it is "
+                                    "truncated or damaged; download the model again") from None
+
+
+def _data_files(prefix: pathlib.Path) -> list[pathlib.Path]:
+    """The checkpoint's .data-NNNNN-of-MMMMM shards, all of them, or one line naming the
+    first missing (TensorFlow itself fails in a 54-line traceback)."""
+    shards = sorted(prefix.parent.glob(f"{glob_escape(prefix.name)}.data-*-of-*"))
+    total = int(shards[0].name.rsplit("-of-", 1)[1]) if shards else 1
+    expected = [prefix.parent / f"{prefix.name}.data-{i:05d}-of-{total:05d}"
+                for i in range(total)]
+    missing = [p for p in expected if not p.is_file()]
+    if missing:
+        raise GoogleCheckpointError(f"{missing[0]} is missing: it holds the weights "
+                                    f"{prefix.name}.index lists; put it beside the .index "
+                                    "(download the model again)")
+    return expected
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:160] if text else type(err).__name__
 
 
 # ----------------------------------------------------------------------------- conversion

@@ -37,6 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from bertjax.models.bert import BertConfig, BertForPreTraining, BertModel
@@ -166,7 +167,11 @@ def load_hf_state_dict(path: PathLike) -> dict[str, np.ndarray]:
     """
     file = _checkpoint_file(pathlib.Path(path))
     if file.suffix == ".safetensors":
-        return dict(load_file(file))
+        try:
+            return dict(load_file(file))
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{file}: cannot be read ({' '.join(str(e).split())[:160]}): it "
+                             "is truncated or damaged; download it again") from None
     if file.suffix in (".bin", ".pt", ".pth"):
         return _load_torch(file)
     raise ValueError(f"{file}: unknown checkpoint format: pass a .safetensors, .bin or .pt file")
@@ -197,7 +202,11 @@ def _load_torch(file: pathlib.Path) -> dict[str, np.ndarray]:
             f"{file}: reading torch checkpoints needs torch: pip install torch, "
             "or pass the model.safetensors instead"
         ) from None
-    state = torch.load(file, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError) as e:  # a truncated zip or pickle
+        raise ValueError(f"{file}: cannot be read ({' '.join(str(e).split())[:160]}): it is "
+                         "truncated or damaged; download it again") from None
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     tensors = {}

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from bertjax.finetune import truncation
 from bertjax.finetune.task import TASKS, Task
 
 if TYPE_CHECKING:
@@ -75,9 +76,12 @@ class Adapter:
         return task.inputs in cls.inputs and task.output.name in cls.outputs
 
     def encode(self, examples: Sequence[Any], targets: list | None = None) -> Encoded:
-        """The examples as arrays; with `targets` (Task.targets), the target arrays too."""
-        arrays, layout = self.encode_inputs(examples, targets)
+        """The examples as arrays; with `targets` (Task.targets), the target arrays too, and
+        one warning counting the training rows cut to max_seq_length (truncation.py)."""
+        with truncation.counting() as cut:
+            arrays, layout = self.encode_inputs(examples, targets)
         if targets is not None:
+            truncation.warn(cut, len(next(iter(arrays.values()))), self.recipe.max_seq_length)
             arrays = {**arrays, **self.task.output.targets(targets, layout,
                                                            self.recipe.max_seq_length)}
         return Encoded(arrays, layout)

@@ -11,7 +11,9 @@ rows of similar length, and every batch is cut to the bucket of its longest row 
 the global batch, so all hosts cut alike). The order is still a pure function of (seed, g).
 """
 
-from collections.abc import Iterator, Mapping
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -25,10 +27,16 @@ class ArraySource:
     """Batches of rows of `arrays` ({feature: [n, ...]}), shuffled anew every epoch."""
 
     setting = "the fine-tuning data"
-    corpus_name = None  # examples in memory, no corpus setting
+    corpus_name: str | None = None  # set by `name`
 
     def __init__(self, arrays: Mapping[str, np.ndarray], seed: int = 0, shuffle: bool = True,
-                 tokenizer: dict | None = None, buckets: LengthBuckets | None = None):
+                 tokenizer: dict | None = None, buckets: LengthBuckets | None = None,
+                 name: str | None = None, save_files: Callable[[Any], dict] | None = None):
+        """`name`: what model.json records of the data (a resume that finds it changed says
+        so); `save_files(workdir)`: writes the files the run's record names (fine-tuning's
+        task.json and tokenizer) and returns the record's tokenizer part."""
+        self.corpus_name = name
+        self._save_files = save_files
         sizes = {len(v) for v in arrays.values()}
         if len(sizes) != 1 or 0 in sizes:
             raise ValueError(f"fine-tuning arrays must all hold the same number (> 0) of "
@@ -50,7 +58,10 @@ class ArraySource:
         """Nothing to read: the examples are in memory."""
 
     def save(self, workdir: object = None) -> dict:
-        """The tokenizer description the workdir record keeps (files are the caller's)."""
+        """The tokenizer description the workdir record keeps, its files written by
+        `save_files` when given (the loop calls this before the first step)."""
+        if self._save_files is not None and workdir is not None:
+            return self._save_files(workdir)
         return self.tokenizer
 
     def feature_spec(self, seq_length: int, batch_size: int) -> dict[str, tuple]:
@@ -106,3 +117,13 @@ class ArraySource:
                 batch = self.buckets.cut(batch, self.buckets.bucket(self.lengths[rows].max()))
             yield batch
             start += global_batch
+
+
+def describe(name: str, arrays: Mapping[str, np.ndarray]) -> str:
+    """`name` with the number of rows and a digest of the encoded arrays: what model.json
+    records of a fine-tuning run's training data, so a rerun on other data says so."""
+    digest = hashlib.sha256()
+    for key in sorted(arrays):
+        digest.update(key.encode() + np.ascontiguousarray(arrays[key]).tobytes())
+    rows = len(next(iter(arrays.values())))
+    return f"{name} ({rows} rows, sha256 {digest.hexdigest()[:12]})"

@@ -151,6 +151,21 @@ class GlueData:
         return dataclasses.replace(recipe, main_metric=task.main_metric, labels=labels)
 
 
+def check_data(data: GlueData, tasks: Sequence[GlueTask]) -> None:
+    """Every selected task's files are there before the first run: a missing one used to end
+    the benchmark in one line only when its task came, after every task before it trained."""
+    if data.glue_dir is None:
+        return  # TFDS: each dataset is read (and prepared, if need be) when its task comes
+    for task in tasks:
+        for split in ("train", *data.splits(task)):
+            path = data.glue_dir / task.name / f"{split}.tsv"
+            if not path.is_file():
+                raise TaskDataError(f"{path} is missing: {task.name} needs train.tsv and "
+                                    f"{', '.join(s + '.tsv' for s in data.splits(task))} in "
+                                    f"{data.glue_dir / task.name}; put GLUE's files there or "
+                                    f"leave {task.name} out of --tasks")
+
+
 def read_headerless_cola(path: pathlib.Path) -> list[TextExample]:
     """CoLA's train.tsv / dev.tsv: no header; source, label (0/1), original label, sentence."""
     examples = []
@@ -285,6 +300,7 @@ def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
     checkpoint: rerun to resume)."""
     if select_on not in SELECTIONS:
         raise TaskDataError(f"--lr_select={select_on}: choose one of {', '.join(SELECTIONS)}")
+    check_data(data, tasks)
     root = pathlib.Path(workdir)
     scores, chosen = {}, {}
     for task in tasks:

@@ -20,6 +20,7 @@ entailment / not_entailment / neutral / contradiction as spelled for MNLI, QNLI,
 and STS-B scores are numbers with three decimals.
 """
 
+import logging
 import os
 import pathlib
 import re
@@ -98,6 +99,30 @@ def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[Exam
         named[name] = task.read(spec, text_columns=recipe.text_columns, label_column="",
                                 split_hint="test")
     return named
+
+
+def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, labels: Sequence[str] | None
+                       ) -> None:
+    """One warning per --predict file whose label column (when it has one) holds labels the
+    model was never trained on: likely another task's file (AG News through an SST-2 model),
+    whose submission would be written without a word."""
+    if not specs or not labels:
+        return
+    task = get_task(recipe.task)
+    for spec in specs:
+        try:
+            examples = task.read(spec, text_columns=recipe.text_columns,
+                                 label_column=recipe.label_column, split_hint="test")
+        except ValueError:  # no label column: an unlabelled test file, as expected
+            continue
+        found = [ex.label for ex in examples if getattr(ex, "label", None) is not None]
+        unseen = sorted({str(label) for label in found} - {str(label) for label in labels})
+        if unseen:
+            count = sum(str(label) in unseen for label in found)
+            logging.warning("--predict=%s: %d of its %d rows have labels the model was never "
+                            "trained on (%s): it predicts only %s; check that the file is of "
+                            "this task", spec, count, len(examples), ", ".join(unseen[:5]),
+                            ", ".join(map(str, labels)))
 
 
 def glue_label(name: str, prediction: Any) -> str:

@@ -16,7 +16,8 @@ Global row g of a run is row g - starts[e] of epoch e, whose rows pack the permu
 split into contiguous per-host blocks, as ArraySource does.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import jax
 import numpy as np
@@ -31,10 +32,14 @@ class PackedArraySource:
     input_mask [n, L] and per-example targets [n]), packed anew every epoch."""
 
     setting = "the fine-tuning data"
-    corpus_name = None  # examples in memory, no corpus setting
+    corpus_name: str | None = None  # set by `name`
 
     def __init__(self, arrays: Mapping[str, np.ndarray], packed_sequences: int, seed: int = 0,
-                 tokenizer: dict | None = None):
+                 tokenizer: dict | None = None, name: str | None = None,
+                 save_files: Callable[[Any], dict] | None = None):
+        """`name` and `save_files`: what the workdir record keeps of the data, and the files
+        it names (as for ArraySource)."""
+        self.corpus_name, self._save_files = name, save_files
         self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
         self.K, self.seed, self.tokenizer = packed_sequences, seed, dict(tokenizer or {})
         mask = self.arrays["input_mask"]
@@ -57,7 +62,10 @@ class PackedArraySource:
         """Nothing to read: the examples are in memory."""
 
     def save(self, workdir: object = None) -> dict:
-        """The tokenizer description the workdir record keeps (files are the caller's)."""
+        """The tokenizer description the workdir record keeps, its files written by
+        `save_files` when given (the loop calls this before the first step)."""
+        if self._save_files is not None and workdir is not None:
+            return self._save_files(workdir)
         return self.tokenizer
 
     def feature_spec(self, seq_length: int, batch_size: int) -> dict[str, tuple]:

@@ -76,8 +76,20 @@ def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
     return Pretrained("elmo", trained.config, trained.params, vocab, str(path), words)
 
 
+def _read_json(file: pathlib.Path) -> dict[str, Any]:
+    """A JSON file of an --init directory; one line naming it when it is not JSON."""
+    try:
+        found = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InitError(f"{file}: not valid JSON ({e}): it is damaged or not the model's own "
+                        "file; download the model again") from None
+    if not isinstance(found, dict):
+        raise InitError(f"{file}: not a JSON object: pass the model's own {file.name}")
+    return found
+
+
 def _from_hugging_face(path: pathlib.Path, family: str) -> Pretrained:
-    model_type = json.loads((path / "config.json").read_text()).get("model_type", "?")
+    model_type = _read_json(path / "config.json").get("model_type", "?")
     found = {"bert": "bert", "gpt2": "gpt", "openai-gpt": "gpt"}.get(model_type)
     if found is None:
         raise InitError(f"--init={path}: model_type {model_type!r} is not BERT, GPT-2 or OpenAI "
@@ -85,7 +97,7 @@ def _from_hugging_face(path: pathlib.Path, family: str) -> Pretrained:
     _check_family(found, family, path)
     if found == "bert":
         config, params = hf_bert.load_hf_bert(path)
-        lower = json.loads((path / "tokenizer_config.json").read_text()).get(
+        lower = _read_json(path / "tokenizer_config.json").get(
             "do_lower_case", True) if (path / "tokenizer_config.json").is_file() else True
         vocab = WordPieceVocabulary(path / "vocab.txt", lower_case=lower)
         if vocab.vocab_size != config.vocab_size:

@@ -4,8 +4,10 @@
     load the pretrained model (--init)                        -> bertjax.finetune.pretrained
     encode, build the objective                               -> setup_task: task x adapter
     AdamW with linear warmup and decay, epochs -> steps        -> training.optim
+    task.json, tokenizer files, init.txt before the first step -> task_record.py (a resume with
+                                                                  another vocabulary is refused)
     train, evaluating every eval_every steps and at the end    -> training.loop + evaluate.py
-    task.json, GLUE submissions from the best checkpoint       -> task_record.py, official.py
+    GLUE submissions from the best checkpoint                  -> official.py
 
 `bertjax-finetune`, `bertjax-glue`, benchmarks/finetune_classification.py and the tests all run
 fine-tuning through `run`; re-running with the same workdir resumes.
@@ -24,6 +26,7 @@ import jax
 from bertjax import files
 from bertjax.finetune import official
 from bertjax.finetune.adapter import check_supported
+from bertjax.finetune.arrays import describe
 from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.examples import Example, Examples
 from bertjax.finetune.families import get_adapter
@@ -31,7 +34,7 @@ from bertjax.finetune.packed import PackedArraySource
 from bertjax.finetune.pretrained import Pretrained, load_pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import TaskSetup, setup_task
-from bertjax.finetune.task_record import write_task_record
+from bertjax.finetune.task_record import check_same_tokenizer, write_task_record
 from bertjax.finetune.tasks import get_task
 from bertjax.training import loop
 from bertjax.training.evaluation import RESULTS
@@ -84,12 +87,15 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
     workdir = files.as_path(workdir)  # local or gs://
     check_supported(get_adapter(recipe.family, recipe.approach), get_task(recipe.task),
                     recipe)
-    train_examples, _ = _examples(train, recipe, "train")
+    train_examples, train_name = _examples(train, recipe, "train")
     eval_examples, eval_name = _examples(eval, recipe, "validation")
     unlabelled = official.read_unlabelled(predict, recipe)
     model = init if isinstance(init, Pretrained) else load_pretrained(init, recipe.family,
                                                                        lower_case=lower_case)
+    init_spec = init if isinstance(init, str) else model.source
+    check_same_tokenizer(workdir, model, init_spec)  # a resume: the vocabulary it trained with
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name)
+    official.warn_unseen_labels(predict, recipe, setup.labels)
     steps = num_steps(recipe, len(train_examples))
     tx = make_optimizer(recipe.optimizer, recipe.learning_rate,
                         math.ceil(recipe.warmup_fraction * steps),
@@ -97,7 +103,14 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
                         frozen=setup.frozen)
     length = setup.adapter.seq_length(setup.train)
     mesh = mesh if mesh is not None else make_mesh()
-    source = setup.source(recipe.seed)
+
+    def save_records(workdir: files.Path) -> dict:
+        """task.json, the tokenizer's files and init.txt, before the first step (process 0)."""
+        if jax.process_index() != 0:
+            return {}
+        return write_task_record(workdir, recipe, model, setup.labels, init_spec)
+
+    source = setup.source(recipe.seed, describe(train_name, setup.train), save_records)
     batch_size = recipe.batch_size
     if isinstance(source, PackedArraySource):  # rows holding batch_size examples on average
         batch_size = source.rows_per_step(recipe.batch_size, data_parallel_size(mesh))
@@ -109,7 +122,6 @@ def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,
     result = loop.run(exp, workdir, mesh, show_progress, setup.initial_params, evaluator)
     written = []
     if jax.process_index() == 0:
-        write_task_record(workdir, recipe, model, setup.labels)
         written = official.write_submissions(workdir, unlabelled, setup,
                                              recipe.eval_batch_size or recipe.batch_size)
     results_file = workdir / RESULTS

@@ -7,7 +7,7 @@ them, and a family that cannot serve the task type says so in one line.
 """
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, check_supported
@@ -77,12 +77,17 @@ class TaskSetup:
     def report(self, params: Any) -> dict[str, Any]:
         return self.adapter.report(params)
 
-    def source(self, seed: int) -> ArraySource | PackedArraySource:
+    def source(self, seed: int, name: str | None = None,
+               save_files: Callable[[Any], dict] | None = None
+               ) -> ArraySource | PackedArraySource:
         """The training examples as the loop's data source: packed rows where the adapter
-        packs them, else rows of one example (cut to length buckets where it allows)."""
+        packs them, else rows of one example, cut to length buckets where it allows
+        (`name` and `save_files`: see ArraySource)."""
         if self.adapter.packing:
-            return PackedArraySource(self.train, self.adapter.packing, seed=seed)
-        return ArraySource(self.train, seed=seed, buckets=self.buckets)
+            return PackedArraySource(self.train, self.adapter.packing, seed=seed, name=name,
+                                     save_files=save_files)
+        return ArraySource(self.train, seed=seed, buckets=self.buckets, name=name,
+                           save_files=save_files)
 
 
 def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequence[Example],

@@ -10,7 +10,9 @@ for the tools that use the fine-tuned model outside the run (bertjax-export):
 
 model.json (training/workdir.py) records the model config; this file adds what only the
 fine-tuning recipe knows. The tokenizer's files are copied into the workdir (as a pretraining
-run copies its own), so the workdir stands alone.
+run copies its own), so the workdir stands alone; init.txt records the --init the run started
+from. All are written before the first step, and a resume with an --init of another
+vocabulary is refused (`check_same_tokenizer`), as pretraining refuses a changed tokenizer.
 """
 
 from __future__ import annotations
@@ -18,18 +20,20 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import tempfile
 from typing import TYPE_CHECKING, Any
 
-from bertjax.files import atomic_file, write_text
+from bertjax.files import Path, as_path, is_remote, write_bytes, write_text
 
 if TYPE_CHECKING:  # reading a record (bertjax-export) needs neither TensorFlow nor the models
     from bertjax.finetune.pretrained import Pretrained
     from bertjax.finetune.recipe import Recipe
 
 TASK_RECORD = "task.json"
+INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
 
 
-def _save_tokenizer(workdir: pathlib.Path, tokenizer: Any) -> dict[str, Any] | None:
+def _save_tokenizer(workdir: Path, tokenizer: Any) -> dict[str, Any] | None:
     """Copy the tokenizer's files into `workdir`; the record's tokenizer part (None for a
     tokenizer that has no files, e.g. the character input of bilm-tf weights)."""
     from bertjax.tokenizers.bpe import ByteLevelBPE
@@ -37,10 +41,10 @@ def _save_tokenizer(workdir: pathlib.Path, tokenizer: Any) -> dict[str, Any] | N
     from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
     if isinstance(tokenizer, WordPieceVocabulary):
+        data = as_path(tokenizer.vocab_path).read_bytes()
         target = workdir / "vocab.txt"
-        if not (target.exists() and target.samefile(tokenizer.vocab_path)):
-            with atomic_file(target, "wb") as f:
-                f.write(pathlib.Path(tokenizer.vocab_path).read_bytes())
+        if not (target.is_file() and target.read_bytes() == data):
+            write_bytes(target, data)
         return {"kind": "wordpiece", "files": {"vocab": target.name},
                 "lower_case": tokenizer.lower_case, "rules": tokenizer.rules,
                 "vocab_size": tokenizer.vocab_size}
@@ -52,20 +56,70 @@ def _save_tokenizer(workdir: pathlib.Path, tokenizer: Any) -> dict[str, Any] | N
     return None
 
 
+def _tokenizer_files(tokenizer: Any) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """({file name: bytes}, record) of the tokenizer as a run would copy it into its workdir
+    (written to a temporary directory by the same code, whatever the tokenizer's kind)."""
+    with tempfile.TemporaryDirectory() as directory:
+        record = _save_tokenizer(as_path(directory), tokenizer) or {}
+        return ({name: (as_path(directory) / name).read_bytes()
+                 for name in record.get("files", {}).values()}, record)
+
+
+def init_text(init: str) -> str:
+    """--init as init.txt records it: a local directory resolved, anything else as given."""
+    local = "," not in init and not is_remote(init)
+    return str(pathlib.Path(init).resolve()) if local else init
+
+
 def write_task_record(workdir: str | os.PathLike, recipe: Recipe, model: Pretrained,
-                      labels: list[str] | None) -> None:
-    """Write WORKDIR/task.json (atomically) and the tokenizer files it names."""
-    workdir = pathlib.Path(workdir)
+                      labels: list[str] | None, init: str | None = None) -> dict[str, Any]:
+    """Write WORKDIR/task.json (atomically), the tokenizer files it names and, unless the run
+    recorded one already, init.txt (`init`: the --init it starts from); the tokenizer record
+    (model.json keeps it with the files' digests). Fine-tuning writes them before its first
+    step, so a run killed at any step can be exported and resumed."""
+    workdir = as_path(workdir)
+    tokenizer = _save_tokenizer(workdir, model.tokenizer)
     record = {"family": recipe.family, "task": recipe.task, "approach": recipe.approach,
               "labels": labels, "max_seq_length": recipe.max_seq_length, "init": model.source,
-              "tokenizer": _save_tokenizer(workdir, model.tokenizer)}
+              "tokenizer": tokenizer}
     write_text(workdir / TASK_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    if init is not None and not (workdir / INIT_RECORD).is_file():
+        write_text(workdir / INIT_RECORD, init_text(init) + "\n")
+    return tokenizer or {}
+
+
+def check_same_tokenizer(workdir: str | os.PathLike, model: Pretrained, init: str) -> None:
+    """Before a fine-tuning run resumes: the --init given has the vocabulary (and case) its
+    checkpoints were trained with, or one line says which file differs. Token ids mean the
+    rows of the embedding they were trained with; another vocabulary of the same size would
+    go on silently, with task.json and vocab.txt replaced under the checkpoints."""
+    from bertjax.training.workdir import latest_checkpoint
+
+    workdir = as_path(workdir)
+    step = latest_checkpoint(workdir)
+    record = read_task_record(workdir) if step is not None else None
+    recorded = (record or {}).get("tokenizer") or {}
+    if not recorded.get("files"):
+        return  # a new run, or one from before runs recorded their task
+    given, settings = _tokenizer_files(model.tokenizer)
+    started = (workdir / INIT_RECORD).read_text().strip() if (
+        workdir / INIT_RECORD).is_file() else record.get("init")
+    fix = f"pass the --init it started from ({started}) or use a new --workdir"
+    for name in recorded["files"].values():
+        path = workdir / name
+        if not path.is_file() or given.get(name) != path.read_bytes():
+            raise ValueError(f"{path}, which checkpoint {step} was trained with, differs from "
+                             f"the vocabulary of --init={init}: {fix}")
+    for key, value in recorded.items():  # the kind, lower_case, ...: how text becomes ids
+        if key not in ("files", "vocab_size", "sha256") and settings.get(key) != value:
+            raise ValueError(f"--init={init} tokenizes with {key}={settings.get(key)!r} but "
+                             f"checkpoint {step} of {workdir} was trained with {value!r}: {fix}")
 
 
 def read_task_record(workdir: str | os.PathLike) -> dict[str, Any] | None:
     """The task record of `workdir`, or None when the workdir has none (not a fine-tuning
     run, or one written before runs recorded their task)."""
-    path = pathlib.Path(workdir) / TASK_RECORD
+    path = as_path(workdir) / TASK_RECORD
     if not path.is_file():
         return None
     try:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 
 import regex
 
-from bertjax.files import write_text
+from bertjax.files import as_path, write_text
 from bertjax.tokenizers.merges import apply_merges, learned_merges
 
 END_OF_TEXT = "<|endoftext|>"
@@ -158,8 +158,8 @@ class ByteLevelBPE:
         return cls(vocab, read_merges(merges_path), source=f"{vocab_path} + {merges_path}")
 
     def save(self, directory: str | os.PathLike) -> tuple[pathlib.Path, pathlib.Path]:
-        """Write vocab.json and merges.txt into `directory` (atomically)."""
-        directory = pathlib.Path(directory)
+        """Write vocab.json and merges.txt into `directory` (atomically; local or gs://)."""
+        directory = as_path(directory)
         vocab_path, merges_path = directory / "vocab.json", directory / "merges.txt"
         write_text(vocab_path, json.dumps(self.vocab, ensure_ascii=False))
         lines = ["#version: 0.2", *(f"{a} {b}" for a, b in self.merges())]

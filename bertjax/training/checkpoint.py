@@ -14,6 +14,7 @@ import logging
 import os
 import pathlib
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -90,17 +91,24 @@ def _shapes(tree: Any) -> dict[str, tuple]:
 class Checkpointer:
     """Keeps the last `keep` checkpoints of a run under `<workdir>/checkpoints`.
 
-    Restores verify a checkpoint before reading it: one that cannot be read is moved aside to
-    checkpoints/corrupt-STEP (never deleted) with one warning, and the next newest is used;
-    one that does not fit the model is an error that leaves it in place. A save that finds no
-    space left is one CheckpointError naming the directory and the space a checkpoint takes.
+    Restores verify a checkpoint before reading it; one that does not fit the model is an
+    error that leaves it in place. One that cannot be read is skipped with one warning and
+    the next newest is used: with `quarantine` (only the run that holds the workdir's lease)
+    it is moved aside to checkpoints/corrupt-STEP (never deleted); a reader (generation,
+    embedding, fine-tuning's --init, export) leaves it where it is, since the run writing
+    the workdir may be deleting it that very moment. A checkpoint that vanishes while it is
+    read (the run keeps only its last `keep`) is no fault: the newest one is read instead.
+    A save that finds no space left is one CheckpointError naming the directory and the
+    space a checkpoint takes.
     """
 
     def __init__(self, workdir: str | os.PathLike, keep: int = 3, async_save: bool = True,
-                 create: bool = True):
+                 create: bool = True, quarantine: bool = False):
         self.directory = absolute(workdir) / "checkpoints"  # local or gs:// (files.py)
+        self.quarantine = quarantine
         self.options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=create, enable_async_checkpointing=async_save
+            max_to_keep=keep, create=create, enable_async_checkpointing=async_save,
+            cleanup_tmp_directories=quarantine,  # a killed run's partial save: only its own
         )
         self.manager = self._manager()
         _QuietOrbaxReports.install()  # failures arrive from other threads
@@ -130,16 +138,27 @@ class Checkpointer:
                 raise
             for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
                 partial.rmtree(missing_ok=True)
-            latest = self.manager.latest_step()
-            kept = (f"checkpoint {latest} is intact and rerunning resumes from it"
-                    if latest is not None else "no checkpoint was written")
             raise CheckpointError(
                 f"no space left on the device to save a checkpoint in {self.directory} (one "
-                f"takes about {self._checkpoint_bytes(state) / 2**20:.0f} MiB): free that much "
-                f"or pass a --workdir on a larger disk; {kept}") from None
+                f"takes about {self.checkpoint_bytes(state) / 2**20:.0f} MiB): free that much "
+                f"or pass a --workdir on a larger disk; {self.kept()}") from None
 
-    def _checkpoint_bytes(self, state: Any) -> int:
-        latest = self.manager.latest_step()
+    def _finished_steps(self) -> list[int]:
+        """The steps whose save finished (orbax renames a finished one to its step), read
+        from the directory: the manager re-raises a failed background save when asked."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+
+    def kept(self) -> str:
+        """What a rerun resumes from, in words (for the line of a run that failed)."""
+        latest = max(self._finished_steps(), default=None)
+        return (f"checkpoint {latest} is intact and rerunning resumes from it"
+                if latest is not None else "no checkpoint was written")
+
+    def checkpoint_bytes(self, state: Any) -> int:
+        """About what one checkpoint of `state` takes (the newest one's size, if local)."""
+        latest = max(self._finished_steps(), default=None)
         if latest is not None and not is_remote(self.directory):
             files = pathlib.Path(self.directory / str(latest)).rglob("*")
             return sum(f.stat().st_size for f in files if f.is_file())
@@ -177,25 +196,57 @@ class Checkpointer:
                 "use the model config it was written with, or a new --workdir")
 
     def _read(self, abstract: Any, read: Callable[[int], Any], step: int | None) -> Any:
-        """read(step) of the newest readable checkpoint (or of `step`), setting aside the
-        unreadable ones; one CheckpointError when none is left."""
+        """(step, read(step)) of the newest readable checkpoint (or of `step`), skipping (or,
+        with `quarantine`, setting aside) the unreadable ones; one CheckpointError when none
+        is left."""
+        unreadable: dict[int, str] = {}
         while True:
-            chosen = self.latest_step() if step is None else step
+            steps = [s for s in self.manager.all_steps() if s not in unreadable]
+            chosen = max(steps, default=None) if step is None else step
             if chosen is None:
-                corrupt = sorted(p.name for p in self.directory.glob("corrupt-*"))
-                raise CheckpointError(
-                    f"no readable checkpoint in {self.directory} (set aside: "
-                    f"{', '.join(corrupt) or 'none'}): start again in a new --workdir")
+                raise self._none_readable(unreadable)
             try:
                 self._verify(chosen, abstract)
                 return chosen, read(chosen)
             except CheckpointError:
                 raise
             except Exception as err:  # noqa: BLE001 - a verified checkpoint that fails to read
+                if self._vanished(chosen):
+                    if step is not None:
+                        raise CheckpointError(
+                            f"checkpoint {self.directory}/{step} was deleted while it was read "
+                            "(its run keeps only its newest checkpoints): pass the workdir "
+                            "itself to read the newest") from None
+                    continue  # the run deleted it: read the newest one there is now
                 if step is not None:
                     raise CheckpointError(f"checkpoint {self.directory}/{step} cannot be read "
                                           f"({_first_line(err)})") from err
-                self._set_aside(chosen, _first_line(err))
+                if self.quarantine:
+                    self._set_aside(chosen, _first_line(err))
+                else:
+                    unreadable[chosen] = _first_line(err)
+                    logging.warning("checkpoint %s/%d cannot be read (%s): left in place; "
+                                    "using the one before it", self.directory, chosen,
+                                    unreadable[chosen])
+
+    def _none_readable(self, unreadable: dict[int, str]) -> CheckpointError:
+        corrupt = sorted(p.name for p in self.directory.glob("corrupt-*"))
+        skipped = f"; unreadable: {', '.join(map(str, sorted(unreadable)))}" if unreadable else ""
+        return CheckpointError(
+            f"no readable checkpoint in {self.directory} (set aside: "
+            f"{', '.join(corrupt) or 'none'}{skipped}): start again in a new --workdir")
+
+    def _vanished(self, step: int, wait: float = 1.0) -> bool:
+        """True when checkpoint `step` is gone, or goes within `wait` seconds (a deletion under
+        way); the manager then forgets it and lists the checkpoints afresh."""
+        deadline = time.monotonic() + wait
+        while (self.directory / str(step)).exists():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        self.manager.close()
+        self.manager = self._manager()
+        return True
 
     def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
         """The state (placed by `abstract_state`'s shardings) and data position of the newest
@@ -329,28 +380,57 @@ def restore_saved_params(path: str | os.PathLike, best: bool = True
                          ) -> tuple[Any, pathlib.Path, str]:
     """(params on one device, workdir, which) of a run as it saved them: with `best`, the best
     evaluation's parameters (WORKDIR/best/params) when the run kept one and `path` names no
-    step; else the newest (or the named) checkpoint's. The tree comes from the checkpoint's
-    own metadata, so no model is built; `which` says what was read ("best", "step N")."""
+    step; else the newest readable (or the named) checkpoint's. The tree comes from the
+    checkpoint's own metadata, so no model is built; `which` says what was read ("best",
+    "step N"). Nothing in the workdir is moved: its run may be writing it meanwhile."""
     workdir, step = resolve(path)
     best_item = workdir.absolute().joinpath(*BEST_PARAMS)
     if best and step is None and best_item.is_dir():
-        with ocp.StandardCheckpointer() as checkpointer:
-            try:
-                params = checkpointer.restore(best_item, saved_shapes(best_item))
-            except Exception as err:  # noqa: BLE001 - any failure to read it
+        return _read_best(best_item, workdir), workdir, "best"
+    directory = workdir.absolute() / "checkpoints"
+    unreadable: set[int] = set()
+    while True:
+        steps = [s for s in _saved_steps(directory) if s not in unreadable]
+        if step is None and not steps:
+            raise CheckpointError(
+                f"{workdir} holds no checkpoint: train for at least train.checkpoint_every "
+                "steps, or to the end, first" if not unreadable else
+                f"no readable checkpoint in {directory} (unreadable: "
+                f"{', '.join(map(str, sorted(unreadable)))}): pass another run")
+        chosen = steps[-1] if step is None else step
+        if chosen not in steps:
+            raise CheckpointError(f"{directory}/{chosen} is not a checkpoint: pass one of "
+                                  f"{', '.join(map(str, steps))}")
+        try:
+            abstract = saved_shapes(directory / str(chosen) / "state", "params")
+            params, workdir, chosen = restore_params(directory / str(chosen), abstract)
+            return params, workdir, f"step {chosen}"
+        except CheckpointError as err:
+            if step is not None:
+                raise
+            if (directory / str(chosen)).exists():  # else deleted by its run: list again
+                unreadable.add(chosen)
+                logging.warning("%s: left in place; using the checkpoint before it", err)
+
+
+def _saved_steps(directory: Path) -> list[int]:
+    """The steps under WORKDIR/checkpoints that hold a state, in order."""
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit() and
+                  (p / "state").is_dir())
+
+
+def _read_best(best_item: Path, workdir: Path, attempts: int = 3) -> Any:
+    """WORKDIR/best/params; a read that fails is tried again (`attempts` in all), since the
+    run may be swapping in a new best (evaluation.BestKeeper) that very moment."""
+    for attempt in range(attempts):
+        try:
+            with ocp.StandardCheckpointer() as checkpointer:
+                return checkpointer.restore(best_item, saved_shapes(best_item))
+        except Exception as err:  # noqa: BLE001 - any failure to read it
+            if attempt + 1 == attempts:
                 raise CheckpointError(f"{best_item} cannot be read ({_first_line(err)}): pass "
                                       f"one of {workdir}/checkpoints/STEP") from err
-        return params, workdir, "best"
-    directory = workdir.absolute() / "checkpoints"
-    steps = sorted(int(p.name) for p in directory.glob("*") if p.name.isdigit() and
-                   (p / "state").is_dir()) if directory.is_dir() else []
-    if not steps:
-        raise CheckpointError(f"{workdir} holds no checkpoint: train for at least "
-                              "train.checkpoint_every steps, or to the end, first")
-    chosen = steps[-1] if step is None else step
-    if chosen not in steps:
-        raise CheckpointError(f"{directory}/{chosen} is not a checkpoint: pass one of "
-                              f"{', '.join(map(str, steps))}")
-    abstract = saved_shapes(directory / str(chosen) / "state", "params")
-    params, workdir, chosen = restore_params(directory / str(chosen), abstract)
-    return params, workdir, f"step {chosen}"
+            time.sleep(0.5)
+    raise AssertionError("unreachable")

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from bertjax.files import absolute, as_path, filesystem, is_remote
+from bertjax.files import absolute, as_path, filesystem, is_remote, naming, unreachable
 
 LEASE = "lease.json"
 DEFAULT_TIMEOUT = 600.0  # seconds an object-storage lease lives without renewal
@@ -81,6 +81,7 @@ class Lease:
             "started": datetime.datetime.fromtimestamp(now).isoformat(timespec="seconds"),
             "renewed": now, "token": uuid.uuid4().hex}
         self.created_workdir = False
+        self.created_root = self.workdir
         self._fd: int | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
@@ -105,11 +106,22 @@ class Lease:
         return (json.dumps(self.record, indent=1) + "\n").encode("utf-8")
 
     def acquire(self) -> None:
-        if not self.workdir.exists():
-            self.workdir.mkdir(parents=True, exist_ok=True)
-            self.created_workdir = True
+        try:
+            if not self.workdir.exists():
+                self.created_root = self._first_missing()
+                self.workdir.mkdir(parents=True, exist_ok=True)
+                self.created_workdir = True
+        except OSError as err:
+            if not self.remote:
+                raise
+            raise unreachable(self.workdir, err) from None
         try:
             self._acquire_remote() if self.remote else self._acquire_local()
+        except OSError as err:
+            self._remove_created_workdir()
+            if not self.remote or isinstance(err, FileNotFoundError | PermissionError):
+                raise
+            raise unreachable(self.workdir, err) from None
         except BaseException:
             self._remove_created_workdir()
             raise
@@ -129,12 +141,25 @@ class Lease:
             self._fd = None
         self._remove_created_workdir()
 
+    def _first_missing(self) -> object:
+        """The outermost directory of the workdir's path that does not exist yet."""
+        first = self.workdir
+        while not first.parent.exists() and first.parent != first:
+            first = first.parent
+        return first
+
     def _remove_created_workdir(self) -> None:
-        """A run refused before it wrote anything leaves no workdir behind."""
-        if self.created_workdir:
-            with contextlib.suppress(OSError):
-                if not any(self.workdir.iterdir()):
-                    self.workdir.rmdir()
+        """A run refused (or stopped) before it wrote anything leaves no workdir behind, nor
+        the parents it created (bertjax-glue's TASK/lr_RATE/ of a seed_N run)."""
+        if not self.created_workdir:
+            return
+        directory = self.workdir
+        with contextlib.suppress(OSError):
+            while not any(directory.iterdir()):
+                directory.rmdir()
+                if directory == self.created_root or self.remote:
+                    break
+                directory = directory.parent
 
     # ---------------------------------------------------------------- local: flock
 
@@ -157,9 +182,16 @@ class Lease:
             holder = self._read_local(fd)
             if holder and holder.get("token"):
                 self._warn_takeover(holder, "that process has ended")
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, self._payload(), 0)
-            os.fsync(fd)
+            try:
+                with naming(self.path):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, self._payload(), 0)
+                    os.fsync(fd)
+            except OSError:  # a full disk: no empty lease left behind
+                with contextlib.suppress(OSError):
+                    os.unlink(self.path)
+                os.close(fd)
+                raise
             self._fd = fd
             return
         raise self._in_use(None)

@@ -12,6 +12,7 @@ checkpoint, and part of the very step `bertjax-compile` lowers.
 
 import dataclasses
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
@@ -23,12 +24,13 @@ import numpy as np
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from bertjax import files
 from bertjax.files import Path, as_path
 from bertjax.layers.partitioning import DEFAULT_RULES
 from bertjax.objectives.objective import Objective
 from bertjax.training import lease as lease_lib
 from bertjax.training import mesh as mesh_lib
-from bertjax.training import preemption
+from bertjax.training import preemption, unstarted
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import Checkpointer, abstract_like
 from bertjax.training.evaluation import BestKeeper, Evaluator
@@ -270,10 +272,12 @@ def run(
     own. An `evaluator` runs every `evaluator.every` steps and at the end, and the
     best evaluation's parameters and predictions are kept (see training/evaluation.py).
     The run holds the workdir's lease (training/lease.py) and watches for stop signals
-    (training/preemption.py); a tool that took both earlier keeps them.
+    (training/preemption.py); a tool that took both earlier keeps them. A new run stopped
+    before its first step leaves no files behind (training/unstarted.py).
     """
     workdir = as_path(workdir)
-    with preemption.watch() as signals, lease_lib.hold(workdir):
+    with (preemption.watch() as signals, lease_lib.hold(workdir),
+          unstarted.discard_if_interrupted(workdir)):
         return _run(exp, workdir, mesh, show_progress, initial_params, evaluator, signals)
 
 
@@ -282,7 +286,8 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
          signals: preemption.StopSignals) -> RunResult:
     check_run(exp, mesh, workdir)
     local_batch = exp.batch_size // jax.process_count()
-    checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints)
+    # the run holds the workdir's lease: only it sets unreadable checkpoints aside
+    checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints, quarantine=True)
     writer = MetricWriter(workdir)
     evaluation = _Evaluation(evaluator, workdir, writer) if evaluator else None
     state, start_step, summary, stopped = None, 0, {}, None
@@ -317,15 +322,33 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
                 break
         if state is not None and int(state.step) > start_step and not stopped:
             checkpointer.save(int(state.step), state, position, force=True)
+    except OSError as err:  # metrics, events or records on a full disk: path and size
+        if not files.is_no_space(err):
+            raise
+        size = checkpointer.checkpoint_bytes(state) / 2**20
+        need = f"a checkpoint of this run takes about {size:.0f} MiB" if size >= 0.5 else ""
+        raise RunError(files.no_space_message(
+            err, need, f"pass a --workdir on a larger disk; {checkpointer.kept()}")) from None
     finally:
         _release(batches)
-        checkpointer.close()
-        writer.close()
+        _close(checkpointer, writer, failing=sys.exc_info()[0] is not None)
     step = int(state.step) if state is not None else 0
     if evaluation is not None and evaluation.keeper.results:
         summary = {**summary, **{f"dev_{k}": v for k, v in
                                  evaluation.keeper.results.get("final", {}).items()}}
     return RunResult(summary, start_step, step, str(checkpointer.directory), state, stopped)
+
+
+def _close(checkpointer: Checkpointer, writer: MetricWriter, failing: bool) -> None:
+    """Finish pending saves and close the metrics. On a run that is `failing`, both are
+    tried and their own errors dropped: the error that ended the run (a full disk, say) is
+    the one to report, not the same disk refusing the last flush."""
+    for close in (checkpointer.close, writer.close):
+        try:
+            close()
+        except Exception:
+            if not failing:
+                raise
 
 
 def _release(batches: Iterator[Batch] | None) -> None:

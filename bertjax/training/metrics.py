@@ -103,5 +103,7 @@ class MetricWriter:
 
     def close(self) -> None:
         if self.jsonl is not None:
-            self.tensorboard.close()
-            self.jsonl.close()
+            try:
+                self.tensorboard.close()
+            finally:  # both files are closed, whichever fails to flush (a full disk)
+                self.jsonl.close()

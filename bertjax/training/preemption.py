@@ -35,6 +35,26 @@ class Interrupted(KeyboardInterrupt):
     """A stop signal before training started: there is nothing to save."""
 
 
+class _QuietInterrupts:
+    """An unraisable-exception hook that drops `Interrupted`: raised in a garbage-collection
+    callback (JAX's `_xla_gc_callback`), it is lost, and CPython prints an "Exception ignored
+    in ..." traceback before the tool's own line. The flag stays set and `check` raises it
+    again, so the report says nothing; every other report goes to the hook it wraps."""
+
+    def __init__(self, wrapped: Any) -> None:
+        self.wrapped = wrapped
+
+    def __call__(self, report: Any) -> None:
+        if not isinstance(report.exc_value, Interrupted):
+            self.wrapped(report)
+
+    @classmethod
+    def install(cls) -> None:
+        """Wrap the current hook once (a hook set by the user or pytest keeps working)."""
+        if not isinstance(sys.unraisablehook, cls):
+            sys.unraisablehook = cls(sys.unraisablehook)
+
+
 class StopSignals:
     """Within `with StopSignals() as stop:`, SIGTERM and SIGINT are noted, not fatal once
     `started()` (training has begun); before that they raise `Interrupted`."""
@@ -65,6 +85,7 @@ class StopSignals:
             raise Interrupted(self.received)
 
     def __enter__(self) -> "StopSignals":
+        _QuietInterrupts.install()
         try:
             self._previous = {s: signal.signal(s, self._note) for s in SIGNALS}
         except ValueError:  # not the main thread (e.g. a notebook's worker): no handlers
@@ -85,6 +106,12 @@ class StopSignals:
             if reason is None and manager is not None and manager.reached_preemption(step):
                 reason = "preemption"
         return reason
+
+
+def received() -> str | None:
+    """The stop signal the process's watch has noted ("SIGTERM", ...), or None: a tool asks
+    at its end, when a signal after the last step stopped nothing."""
+    return _ACTIVE.received if _ACTIVE is not None else None
 
 
 @contextlib.contextmanager

@@ -59,6 +59,13 @@ def write_record(workdir: str | os.PathLike, family: str, objective: str, config
     write_text(workdir / RECORD, text)
 
 
+def is_workdir(directory: str | os.PathLike) -> bool:
+    """True for a bertjax run's directory: it holds model.json, a lease or checkpoints/."""
+    directory = as_path(directory)
+    return ((directory / RECORD).is_file() or (directory / "lease.json").exists()
+            or (directory / "checkpoints").is_dir())
+
+
 def latest_checkpoint(workdir: str | os.PathLike) -> int | None:
     """The newest checkpoint step under WORKDIR/checkpoints (by name), or None."""
     directory = as_path(workdir) / "checkpoints"

@@ -14,6 +14,7 @@ import pytest
 
 from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
 from bertjax.training.checkpoint import restore_saved_params
+from tests.gcs import gcs_bucket  # noqa: F401 - the fixture
 from tests.in_process import run_tool
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -296,6 +297,89 @@ def test_bad_input_is_one_line_and_leaves_out_alone(bert_run, tmp_path):
         assert lines[0].startswith("bertjax-export: error:") and expected in lines[0], lines
     assert [p.name for p in full.iterdir()] == ["keep.txt"]
     assert not any((tmp_path / name).exists() for name in "abcd")
-    replaced = exported(bert_run, full, "--overwrite")
-    assert not (replaced / "keep.txt").exists() and (replaced / "config.json").is_file()
+    replaced = exported(bert_run, full, "--overwrite")  # export's own files, and no others
+    assert (replaced / "keep.txt").read_text() == "mine" and (replaced / "config.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def tree_digest(root):
+    """Every file under `root` with its bytes: what must not change."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.mark.parametrize("placement", ["the run", "its parent", "its checkpoints",
+                                       "inside the checkpoint read"])
+def test_out_in_or_around_a_run_is_refused_and_the_run_is_untouched(bert_run, placement):
+    """--out=RUN --overwrite used to replace the run's files with the export, --out=PARENT
+    deleted every run beside it, --out=RUN/checkpoints deleted the checkpoints."""
+    checkpoint, out = bert_run, {"the run": bert_run, "its parent": bert_run.parent,
+                                 "its checkpoints": bert_run / "checkpoints"}.get(placement)
+    if placement == "inside the checkpoint read":
+        checkpoint = bert_run / "checkpoints" / "2"
+        out = checkpoint / "hf"
+    before = tree_digest(bert_run.parent)
+    result = export(f"--checkpoint={checkpoint}", f"--out={out}", "--overwrite")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"bertjax-export: error: --out={out} "), lines
+    assert tree_digest(bert_run.parent) == before
+
+
+def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next(bert_run, tmp_path):
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a process id that no longer runs, as a kill -9 leaves it
+    left = tmp_path / f".hf.{dead.pid}.k3x9q.export-tmp"
+    left.mkdir(mode=0o700)
+    alive = tmp_path / ".hf.1.k3x9q.export-tmp"  # PID 1 runs: another export's, kept
+    alive.mkdir(mode=0o700)
+    exported(bert_run, tmp_path / "hf")
+    assert not left.exists() and alive.exists()
+
+
+def test_export_to_gs_goes_to_the_bucket_not_the_current_directory(
+        bert_run, gcs_bucket, tmp_path):  # noqa: F811 - the fixture
+    from bertjax import files
+
+    out = f"{gcs_bucket}/exports/bert"
+    result = run_tool("bertjax.cli.export", f"--checkpoint={bert_run}", f"--out={out}",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list(tmp_path.iterdir()) == []  # no ./gs:/bertjax-test/...
+    written = files.as_path(out)
+    assert {p.name for p in written.iterdir()} == {
+        "config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
+        "special_tokens_map.json"}
+    assert json.loads((written / "config.json").read_text())["architectures"] == [
+        "BertForPreTraining"]
+    local = exported(bert_run, tmp_path / "local")
+    assert (written / "model.safetensors").read_bytes() == (
+        local / "model.safetensors").read_bytes()
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 256 KiB tmpfs: an export of the test BERT does not fit (needs root)."""
+    import os
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
+                                            str(mount)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield mount
+    subprocess.run(["umount", "--lazy", str(mount)], check=False)  # busy: still goes
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(bert_run, tiny_disk):
+    out = tiny_disk / "hf"
+    result = export(f"--checkpoint={bert_run}", f"--out={out}")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith(f"bertjax-export: error: no space left on the device to write "
+                               f"--out={out} "), lines
+    assert "MiB" in lines[0]
+    assert list(tiny_disk.iterdir()) == []  # no --out, no staging folder

@@ -8,6 +8,7 @@ import csv
 import hashlib
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -154,6 +155,87 @@ def test_rerun_resumes_and_keeps_the_best(bert_run, data, minilm_2):
     assert digest(workdir / "best") == before
 
 
+def test_a_resume_with_an_init_of_another_vocabulary_is_refused(bert_run, data, minilm_2,
+                                                                 tmp_path):
+    """Same shapes, another vocabulary: the run used to go on, replacing vocab.txt and
+    init.txt under checkpoints trained with the old one."""
+    workdir, _ = bert_run
+    other = tmp_path / "other"
+    other.mkdir()
+    for file in minilm_2.iterdir():
+        if file.name != "vocab.txt":
+            (other / file.name).symlink_to(file)
+    tokens = (minilm_2 / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    tokens[2000], tokens[2001] = tokens[2001], tokens[2000]
+    (other / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    before = {name: (workdir / name).read_bytes() for name in ("vocab.txt", "init.txt",
+                                                              "task.json")}
+    best = digest(workdir / "best")
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={other}",
+                      f"--workdir={workdir}", f"--train={data[0]}", f"--eval={data[1]}", *QUICK)
+    assert f"{workdir / 'vocab.txt'}, which checkpoint 10 was trained with, differs" in line
+    assert str(minilm_2.resolve()) in line  # the --init to pass instead
+    cased = tmp_path / "cased"
+    cased.mkdir()
+    for file in minilm_2.iterdir():
+        if file.name != "tokenizer_config.json":
+            (cased / file.name).symlink_to(file)
+    config = json.loads((minilm_2 / "tokenizer_config.json").read_text())
+    (cased / "tokenizer_config.json").write_text(json.dumps({**config, "do_lower_case": False}))
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={cased}",
+                      f"--workdir={workdir}", f"--train={data[0]}", f"--eval={data[1]}", *QUICK)
+    assert "lower_case=False" in line and "trained with True" in line, line
+    assert {name: (workdir / name).read_bytes() for name in before} == before
+    assert digest(workdir / "best") == best
+
+
+def test_a_rerun_on_other_training_data_says_so(bert_run, data, minilm_2):
+    workdir, _ = bert_run
+    result = finetune(workdir, "bert_classification", data[1], data[1], *QUICK, init=minilm_2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    changed = [x for x in result.stderr.splitlines() if "resuming with corpus" in x]
+    assert len(changed) == 1 and str(data[1]) in changed[0] and str(data[0]) in changed[0]
+
+
+def test_cut_rows_and_a_predict_file_of_other_labels_are_each_one_warning(
+        bert_run, data, minilm_2, tmp_path):
+    """Rows longer than max_seq_length were cut, and a --predict file labelled with classes
+    the model never saw (SST-2's 0/1 through an AG News model) was predicted, without a
+    word."""
+    workdir, _ = bert_run
+    other = write_tsv(tmp_path / "sst2.tsv", [("a fine film", "1"), ("a dull film", "0"),
+                                              ("a long film", "0")])
+    result = finetune(workdir, "bert_classification", *data, *QUICK, f"--predict={other}",
+                      init=minilm_2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    cut = [x for x in result.stderr.splitlines() if "finetune.max_seq_length=48" in x]
+    assert len(cut) == 1 and re.search(r"\b\d+ sequences of the 320 training examples", cut[0])
+    unseen = [x for x in result.stderr.splitlines() if "never trained on" in x]
+    assert len(unseen) == 1 and "3 of its 3 rows" in unseen[0] and "(0, 1)" in unseen[0]
+
+
+def test_task_records_are_written_before_the_first_step(data, minilm_2, tmp_path, monkeypatch):
+    """task.json, vocab.txt and init.txt used to be written at the end: a run killed on the
+    way could not be exported (and the message blamed the bertjax version)."""
+    from bertjax.training import loop
+
+    class KilledError(Exception):
+        pass
+
+    def killed(*args, **kwargs):
+        raise KilledError  # as kill -9 at the first step: nothing after it runs
+
+    monkeypatch.setattr(loop, "_train_phase", killed)
+    with pytest.raises(KilledError):
+        finetune(tmp_path, "bert_classification", *data, *QUICK, init=minilm_2)
+    task = json.loads((tmp_path / "task.json").read_text())
+    assert task["labels"] and task["tokenizer"]["files"] == {"vocab": "vocab.txt"}
+    assert (tmp_path / "vocab.txt").read_bytes() == (minilm_2 / "vocab.txt").read_bytes()
+    assert (tmp_path / "init.txt").read_text().strip() == str(minilm_2.resolve())
+    record = json.loads((tmp_path / "model.json").read_text())
+    assert set(record["tokenizer"]["sha256"]) == {"vocab"}  # a resume checks it
+
+
 def error_line(*args):
     """bertjax-finetune in this process: the one error line (exit status 2)."""
     result = run_tool("bertjax.cli.finetune", *args, "--noprogress")
@@ -213,6 +295,28 @@ def test_a_vocabulary_that_does_not_fit_the_checkpoint(data, tmp_path):
                       f"--init={copy}", f"--workdir={tmp_path / 'run'}", f"--train={data[0]}",
                       f"--eval={data[1]}")
     assert "vocab.txt" in line and "tokens" in line
+
+
+def test_a_truncated_hugging_face_init_is_one_line(data, minilm_2, tmp_path):
+    """A model.safetensors cut short (an interrupted download) was a raw SafetensorError."""
+    copy = tmp_path / "minilm"
+    copy.mkdir()
+    for file in minilm_2.iterdir():
+        if file.name != "model.safetensors":
+            (copy / file.name).symlink_to(file)
+    weights = (minilm_2 / "model.safetensors").read_bytes()
+    (copy / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={copy}",
+                      f"--workdir={tmp_path / 'run'}", f"--train={data[0]}",
+                      f"--eval={data[1]}")
+    assert f"{copy / 'model.safetensors'}: cannot be read" in line and "truncated" in line
+    assert not (tmp_path / "run").exists()
+    (copy / "config.json").unlink()
+    (copy / "config.json").write_text('{"model_type": "bert",')  # cut short too
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={copy}",
+                      f"--workdir={tmp_path / 'run'}", f"--train={data[0]}",
+                      f"--eval={data[1]}")
+    assert f"{copy / 'config.json'}: not valid JSON" in line  # was JSON's message alone
 
 
 @pytest.fixture(scope="module")

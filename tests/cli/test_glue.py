@@ -234,6 +234,21 @@ def test_bad_input_is_one_line(tiny_bert, glue_dir, tmp_path, args, words):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_missing_task_directory_is_one_line_before_any_task_trains(tiny_bert, glue_dir,
+                                                                      tmp_path):
+    """--tasks=all without WNLI fine-tuned every other task before its one line."""
+    partial = tmp_path / "glue_data"
+    partial.mkdir()
+    (partial / "SST-2").symlink_to(glue_dir / "SST-2")
+    result = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={partial}", "--tasks=sst2,wnli",
+                          f"--workdir={tmp_path / 'runs'}", *QUICK)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert lines[0].startswith(f"bertjax-glue: error: {partial / 'WNLI' / 'train.tsv'} is "
+                               "missing"), lines
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_headerless_cola_line_of_the_wrong_layout_is_one_line(tmp_path):
     bad = tmp_path / "train.tsv"
     bad.write_text("gj04\t1\t\tFine.\nno tabs here\n")

@@ -274,7 +274,8 @@ def test_a_google_init_tokenizes_by_googles_rules(tiny_google):
         assert vocab.encode(text) == reference.ids(text), text
 
 
-@pytest.mark.parametrize("case", ["no_config", "no_case", "missing"])
+@pytest.mark.parametrize("case", ["no_config", "no_case", "missing", "no_data",
+                                  "truncated_data"])
 def test_bad_google_init_is_one_line(case, tiny_google, agnews_two, tmp_path):
     bad = tmp_path / ("my_bert" if case == "no_case" else "uncased_bad")
     shutil.copytree(tiny_google, bad)
@@ -287,13 +288,20 @@ def test_bad_google_init_is_one_line(case, tiny_google, agnews_two, tmp_path):
         shutil.rmtree(bad)
         save_google_checkpoint(bad, variables, bert_config_json(config_json),
                                (tiny_google / "vocab.txt").read_text().splitlines())
+    data = bad / "bert_model.ckpt.data-00000-of-00001"
+    if case == "no_data":  # a 54-line TensorFlow traceback
+        data.unlink()
+    if case == "truncated_data":  # IndexError: Read less bytes than requested
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
     result = finetune(tmp_path / "ft", bad, *agnews_two)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     line = lines[-1]
     assert [x for x in lines if "error" in x] == [line], result.stderr  # after the backend line
     expected = {"no_config": "has no bert_config.json", "no_case": "--do_lower_case",
-                "missing": "variable bert/embeddings/position_embeddings is missing"}[case]
+                "missing": "variable bert/embeddings/position_embeddings is missing",
+                "no_data": f"{data} is missing", "truncated_data": f"{data}: cannot be read"
+                }[case]
     assert line.startswith("bertjax-finetune: error:") and expected in line
     assert not (tmp_path / "ft").exists()
 

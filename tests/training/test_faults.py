@@ -2,8 +2,10 @@
 damaged checkpoints, a full disk, a loss that turns non-finite; and metrics logged once."""
 
 import json
+import logging
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -227,15 +229,63 @@ def test_damaged_newest_checkpoint_falls_back_and_is_kept_aside(bert_sample, fou
     assert "Traceback" not in result.stderr
 
 
-def test_restore_for_inference_falls_back_too(four_steps, tmp_path):
+def tiny_abstract_params():
+    task = bert_pretraining(bert_config("tiny", vocab_size=512, max_position_embeddings=32))
+    trainer = build_trainer(task, make_optimizer(), make_mesh(devices=jax.devices()[:1]), 8, 32)
+    return trainer.abstract_state.params
+
+
+def listing(workdir):
+    return sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
+
+
+def test_restore_for_inference_falls_back_and_moves_nothing(four_steps, tmp_path, caplog):
+    """A reader (generate, embed, fill-mask, --init, export) skips an unreadable checkpoint
+    with one warning and leaves it where it is: quarantine is the lease holder's alone (a
+    reader that moved one beside a training run used to kill that run)."""
     workdir = copy_of(four_steps, tmp_path)
     # Every data file: which file holds the parameters (all this read needs) varies by run.
     for file in data_files(workdir / "checkpoints" / "4"):
         truncate(file)
-    task = bert_pretraining(bert_config("tiny", vocab_size=512, max_position_embeddings=32))
-    trainer = build_trainer(task, make_optimizer(), make_mesh(devices=jax.devices()[:1]), 8, 32)
-    _, _, step = restore_params(workdir, trainer.abstract_state.params)
-    assert step == 2 and (workdir / "checkpoints" / "corrupt-4").is_dir()
+    before = listing(workdir)
+    with caplog.at_level(logging.WARNING):
+        _, _, step = restore_params(workdir, tiny_abstract_params())
+    assert step == 2 and listing(workdir) == before
+    warned = [r.getMessage() for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(warned) == 1 and "left in place" in warned[0], warned
+
+
+def vanishing(monkeypatch, step_dir):
+    """Make the next read of `step_dir` find it deleted half-way, as a run that keeps only its
+    newest checkpoints deletes an old one while a reader reads it."""
+    read = ocp.CheckpointManager.restore
+
+    def deleted_meanwhile(manager, step, *args, **kwargs):
+        if step_dir.exists() and int(step_dir.name) == step:
+            shutil.rmtree(step_dir)
+        return read(manager, step, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", deleted_meanwhile)
+
+
+def test_a_checkpoint_deleted_while_read_is_a_retry_not_corruption(four_steps, tmp_path,
+                                                                   monkeypatch, caplog):
+    workdir = copy_of(four_steps, tmp_path)
+    vanishing(monkeypatch, workdir / "checkpoints" / "4")
+    with caplog.at_level(logging.WARNING):
+        _, _, step = restore_params(workdir, tiny_abstract_params())
+    assert step == 2
+    assert not list((workdir / "checkpoints").glob("corrupt-*"))
+    assert "cannot be read" not in caplog.text
+
+
+def test_export_reads_past_a_checkpoint_deleted_while_read(four_steps, tmp_path, monkeypatch):
+    from bertjax.training.checkpoint import restore_saved_params
+
+    workdir = copy_of(four_steps, tmp_path)
+    vanishing(monkeypatch, workdir / "checkpoints" / "4")
+    _, _, which = restore_saved_params(workdir)
+    assert which == "step 2" and not list((workdir / "checkpoints").glob("corrupt-*"))
 
 
 def test_no_readable_checkpoint_is_one_line(bert_sample, tmp_path):
@@ -257,7 +307,7 @@ def small_disk(tmp_path):
                                             str(mount)], capture_output=True).returncode:
         pytest.skip("mounting a small tmpfs needs root")
     yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    subprocess.run(["umount", "--lazy", str(mount)], check=False)  # busy: still goes
 
 
 def test_full_disk_is_one_line_and_the_previous_checkpoint_stays(bert_sample, small_disk):
@@ -274,6 +324,67 @@ def test_full_disk_is_one_line_and_the_previous_checkpoint_stays(bert_sample, sm
     assert step is not None
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
     assert int(restored.state["step"]) == step  # intact and readable
+    assert not list((workdir / "checkpoints").glob("*tmp*"))
+
+
+def fill(disk):
+    """Take every free byte of `disk`, as another program filling it would."""
+    with open(disk / "filler", "ab") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+
+
+def one_error_line(result):
+    lines = [x for x in result.stderr.splitlines() if x.strip() and "JAX backend" not in x]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    return lines[0]
+
+
+def test_an_already_full_disk_is_one_line_naming_the_file(bert_sample, small_disk):
+    """It was a bare "error: [Errno 28] No space left on device", with an empty lease.json
+    left in a new workdir."""
+    fill(small_disk)
+    workdir = small_disk / "run"
+    line = one_error_line(train(workdir, bert_sample, "--gin.NUM_STEPS=2"))
+    assert line.startswith(f"bertjax-train: error: no space left on the device to write "
+                           f"{workdir / 'lease.json'} (0.0 MiB free there)"), line
+    assert not workdir.exists()
+
+
+def test_a_disk_that_fills_between_checkpoints_is_one_line_and_the_rerun_resumes(
+        bert_sample, small_disk, monkeypatch):
+    from bertjax.training.metrics import MetricWriter
+
+    write, save = MetricWriter.write, Checkpointer.save
+
+    def filled_after_step_5(writer, step, scalars):
+        if step == 6 and not (small_disk / "filler").exists():
+            deadline = time.time() + 120  # the checkpoint at step 5 finishes first (async)
+            while not (workdir / "checkpoints" / "5" / "commit_success.txt").exists():
+                assert time.time() < deadline
+                time.sleep(0.05)
+            fill(small_disk)  # the metrics and events files fill their last pages, then fail
+        return write(writer, step, scalars)
+
+    workdir, steps = small_disk / "run", ["--gin.NUM_STEPS=100", "--gin.train.checkpoint_every=5"]
+    with monkeypatch.context() as patch:
+        patch.setattr(MetricWriter, "write", filled_after_step_5)
+        patch.setattr(Checkpointer, "save", lambda self, step, *a, **k: step == 5 and save(
+            self, step, *a, **k))  # the test is of the steps between checkpoints
+        line = one_error_line(train(workdir, bert_sample, *steps))
+    assert line.startswith(f"bertjax-train: error: no space left on the device to write "
+                           f"{workdir}/"), line  # metrics.jsonl or a TensorBoard file
+    assert re.search(r"\(0\.0 MiB free there; a checkpoint of this run takes about \d+ MiB\)", line)
+    assert line.endswith("checkpoint 5 is intact and rerunning resumes from it"), line
+    assert not (workdir / "lease.json").exists()
+    (small_disk / "filler").unlink()
+    (workdir / "checkpoints" / "10.orbax-checkpoint-tmp-1764318000").mkdir()  # a killed save
+    again = train(workdir, bert_sample, "--gin.NUM_STEPS=5")  # (a second checkpoint: no room)
+    assert again.returncode == 0 and "steps 5 -> 5" in again.stdout, again.stderr[-3000:]
     assert not list((workdir / "checkpoints").glob("*tmp*"))
 
 

@@ -202,3 +202,19 @@ def test_sigterm_on_gs_resumes_to_the_uninterrupted_parameters(gcs_bucket, corpu
     theirs, _ = final_params(f"{gcs_bucket}/straight", 60)
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.e2e  # gcsfs retries for about 40 s before it gives up
+def test_an_unreachable_gs_workdir_is_one_line(tmp_path):
+    """gcsfs logged about 50 lines of its retry traceback before bertjax's one line."""
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env = {**process_env(), "STORAGE_EMULATOR_HOST": closed, "TENSORSTORE_GCS_HTTP_URL": closed,
+           "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+    result = subprocess.run([sys.executable, "-m", "bertjax.cli.train",
+                             "--gin_file=configs/experiments/bert_tiny_cpu.gin",
+                             "--workdir=gs://unreachable/run", "--noprogress"], cwd=REPO,
+                            env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith("bertjax-train: error: gs://unreachable/run cannot be reached ")

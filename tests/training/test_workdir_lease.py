@@ -71,6 +71,16 @@ def test_a_refused_run_leaves_no_workdir_it_created(tmp_path):
     assert not (tmp_path / "new").exists()  # nothing but the lease was written
 
 
+def test_a_released_lease_removes_the_empty_parents_it_created(tmp_path):
+    """bertjax-glue stopped before a task's first step left WORKDIR/TASK/lr_RATE/ behind."""
+    (tmp_path / "kept").mkdir()
+    lease = Lease(tmp_path / "kept" / "glue" / "SST-2" / "lr_2e-05" / "seed_0")
+    lease.acquire()
+    lease.release()
+    assert list(tmp_path.iterdir()) == [tmp_path / "kept"] and not any(
+        (tmp_path / "kept").iterdir())
+
+
 def test_two_runs_started_together_one_refused_the_other_complete(tmp_path):
     """Two identical bertjax-train on one workdir: one ends at once with one line, exit 2;
     the other trains every step and logs each once."""

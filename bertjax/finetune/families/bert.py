@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bertjax.finetune import qa
+from bertjax.finetune import qa, truncation
 from bertjax.finetune.adapter import Adapter, SetupError, check_length, register
 from bertjax.finetune.heads.bert import (
     KIND_OUTPUTS,
@@ -51,7 +51,9 @@ def _fit(a: list[int], b: list[int] | None, budget: int) -> tuple[list[int], lis
 def pack(vocab: WordPieceVocabulary, a: list[int], b: list[int] | None, max_length: int
          ) -> tuple[list[int], list[int]]:
     """(ids, segment ids) of `[CLS] a [SEP] (b [SEP])`, cut to `max_length`."""
-    a, b = _fit(a, b, max_length - (3 if b is not None else 2))
+    budget = max_length - (3 if b is not None else 2)
+    truncation.note(len(a) + (len(b) if b is not None else 0) > budget)
+    a, b = _fit(a, b, budget)
     ids = [vocab.cls_id, *a, vocab.sep_id]
     segments = [0] * len(ids)
     if b is not None:
@@ -110,6 +112,7 @@ def encode_words(vocab: WordPieceVocabulary, sentences: Sequence[Sequence[str]],
         for w, pieces in enumerate(_word_pieces(vocab, words)):
             if len(ids) + len(pieces) > max_length - 1:
                 first += [-1] * (len(words) - w)
+                truncation.note(True)
                 break
             first.append(len(ids))
             ids += pieces

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from bertjax.finetune import truncation
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, register
 from bertjax.finetune.heads.elmo import (
     FROZEN,
@@ -53,6 +54,7 @@ def encode_sentences(model: Any, sentences: Sequence[Sequence[str]], length: int
         arrays[f"word_ids{suffix}"] = np.zeros((N, length), np.int32)
     for n, sentence in enumerate(sentences):
         kept = list(sentence[:length - 2])
+        truncation.note(len(sentence) > length - 2)
         arrays[f"lengths{suffix}"][n] = len(kept) + 2
         arrays[f"char_ids{suffix}"][n, :len(kept) + 2] = sentence_char_ids(kept, C)
         if bilm_words:

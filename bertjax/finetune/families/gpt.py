@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax.finetune import truncation
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, check_length, register
 from bertjax.finetune.heads.gpt import (
     GptClassifier,
@@ -43,6 +44,7 @@ PAIR_TRANSFORMATIONS = ("entailment", "similarity")
 def _fit(fields: list[list[int]], budget: int) -> list[list[int]]:
     """Cut the longest field's tail until the fields' total length is at most `budget`."""
     fields = [list(f) for f in fields]
+    truncation.note(sum(len(f) for f in fields) > budget)
     while sum(len(f) for f in fields) > budget:
         longest = max(range(len(fields)), key=lambda i: len(fields[i]))
         if not fields[longest]:

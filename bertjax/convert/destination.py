@@ -1,0 +1,152 @@
+"""Where `bertjax-export` may write, and how its files get there (local or gs://).
+
+An export never damages a run, nor anything else it did not write:
+
+* `--out` may not be, contain or lie inside a bertjax workdir (a directory holding
+  model.json, lease.json or checkpoints/), nor the checkpoint being read: replacing a run's
+  files with exported ones, or a parent directory with an export, used to delete runs.
+* `--overwrite` replaces export's own files (the names it writes) and leaves every other
+  file in `--out` as it was.
+* The files are written whole into a staging directory first, then moved into place, so an
+  export that fails (bad checkpoint, full disk, Ctrl-C) leaves `--out` as it was. Locally the
+  staging directory lies beside `--out` (a rename, not a copy) and is named after the
+  exporting process, so one left by an export killed with kill -9 is removed by the next
+  export to the same place. On gs:// the files are staged in a local temporary directory and
+  uploaded through the project's path layer (bertjax/files.py), each object whole.
+"""
+
+import contextlib
+import errno
+import os
+import pathlib
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+
+from bertjax import files
+from bertjax.training import workdir as workdir_lib
+
+STAGING_SUFFIX = ".export-tmp"
+_NO_SPACE = ("No space left", "Disk quota exceeded", "StorageFull")
+
+
+class DestinationError(ValueError):
+    """An --out export may not write to; the message names the fix."""
+
+
+def check(out: files.Path, overwrite: bool, workdir: files.Path) -> None:
+    """One line unless `out` is new, empty, or may be overwritten, and is no run's: neither
+    the run `workdir` being read (nor in it, nor around it) nor any other."""
+    workdir = files.absolute(workdir)
+    if out.exists() and not out.is_dir():
+        raise DestinationError(f"--out={out} is a file: pass a directory")
+    if _within(out, workdir) or _within(workdir, out):
+        where = ("is" if _parts(out) == _parts(workdir) else
+                 "lies inside" if _within(out, workdir) else "holds")
+        raise DestinationError(f"--out={out} {where} the run {workdir} that --checkpoint "
+                               f"reads: export into a directory outside it, e.g. "
+                               f"--out={workdir}-hf")
+    run = next((d for d in _self_and_parents(out) if workdir_lib.is_workdir(d)), None)
+    if run is not None:
+        where = "is" if run == out else "lies inside"
+        raise DestinationError(f"--out={out} {where} the bertjax run {run}: export never "
+                               "writes into a run; pass a directory outside it")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise DestinationError(f"--out={out} is not empty: pass a new directory, or "
+                               "--overwrite to replace the files export writes there")
+    run = find_workdir(out)
+    if run is not None:
+        raise DestinationError(f"--out={out} holds the bertjax run {run}: pass a directory "
+                               "that holds no run")
+
+
+def _within(path: files.Path, root: files.Path) -> bool:
+    """True when `path` is `root` or lies under it."""
+    parts, root_parts = _parts(path), _parts(root)
+    return parts[:len(root_parts)] == root_parts
+
+
+def _parts(path: files.Path) -> tuple[str, ...]:
+    text = os.fspath(files.absolute(path)).rstrip("/")
+    return tuple(p for p in text.split("/") if p)
+
+
+def _self_and_parents(path: files.Path) -> Iterator[files.Path]:
+    path = files.absolute(path)
+    yield path
+    for parent in path.parents:
+        if files.is_remote(parent) and "/" not in os.fspath(parent).split("://", 1)[1]:
+            return  # gs://bucket: no run is a bucket
+        yield parent
+
+
+def find_workdir(root: files.Path) -> files.Path | None:
+    """A bertjax workdir at or under `root` (the first found), else None."""
+    if files.is_remote(root):
+        for marker in (workdir_lib.RECORD, "lease.json"):
+            found = next(iter(root.glob(f"**/{marker}")), None)
+            if found is not None:
+                return found.parent
+        return None
+    for directory, subdirectories, _ in os.walk(root):
+        if workdir_lib.is_workdir(files.Path(directory)):
+            return files.Path(directory)
+        subdirectories[:] = [d for d in subdirectories if not d.startswith(".")]
+    return None
+
+
+@contextlib.contextmanager
+def staging(out: files.Path) -> Iterator[pathlib.Path]:
+    """A private local directory to write the export into; removed at the end."""
+    if files.is_remote(out):
+        directory = pathlib.Path(tempfile.mkdtemp(prefix="bertjax-export-"))
+    else:
+        parent = pathlib.Path(files.absolute(out)).parent
+        parent.mkdir(parents=True, exist_ok=True)
+        remove_orphans(parent, out.name)
+        directory = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.",
+                                                  suffix=STAGING_SUFFIX, dir=parent))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def remove_orphans(parent: pathlib.Path, name: str) -> None:
+    """Remove staging directories of `name` left by exports that were killed: their names
+    carry the exporting process's id."""
+    for orphan in parent.glob(f".{files.glob_escape(name)}.*{STAGING_SUFFIX}"):
+        pid = orphan.name[len(name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not files.pid_running(int(pid)):
+            shutil.rmtree(orphan, ignore_errors=True)
+
+
+def place(staged: pathlib.Path, out: files.Path, names: Sequence[str]) -> None:
+    """Move the files `names` from `staged` into `out`, each replacing only its namesake,
+    with the permissions new files get (the staging directory is private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in names:
+        (staged / name).chmod(0o666 & ~umask)
+    if files.is_remote(out):
+        for name in names:
+            files.copy(staged / name, out / name)
+        return
+    target = pathlib.Path(files.absolute(out))
+    if not target.exists():  # a new directory: all files at once, by one rename
+        staged.chmod(0o777 & ~umask)
+        staged.rename(target)
+        return
+    for name in names:
+        os.replace(staged / name, target / name)
+    files.fsync_directory(target)
+
+
+def is_no_space(err: BaseException) -> bool:
+    """True for a write that failed on a full disk or quota (OSError, or a library's error
+    that only says so in its message, as safetensors' does)."""
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(sign in str(err) for sign in _NO_SPACE)
