@@ -32,8 +32,7 @@ from bertjax.finetune.evaluate import predict_arrays
 from bertjax.finetune.examples import Example
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import TaskSetup
-from bertjax.finetune.task import TASKS
-from bertjax.finetune.tasks import get_task
+from bertjax.finetune.task import TASKS, Task
 from bertjax.finetune.tasks.extractive_qa import (  # noqa: F401 (this module's SQuAD part)
     SQUAD_NULL_ODDS,
     SQUAD_PREDICTIONS,
@@ -80,12 +79,12 @@ def submission_name(spec: str) -> str:
     return task
 
 
-def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[Example]]:
-    """{submission name: examples} of the files to predict, read before training starts, so
-    a bad file fails in one line before anything runs."""
+def read_unlabelled(specs: Sequence[str], recipe: Recipe, task: Task
+                    ) -> dict[str, list[Example]]:
+    """{submission name: examples} of the files to predict (of the recipe's `task`), read
+    before training starts, so a bad file fails in one line before anything runs."""
     if not specs:
         return {}
-    task = get_task(recipe.task)
     if not task.submissions:
         kinds = ", ".join(name for name, t in TASKS.items() if t.submissions)
         raise ValueError(f"--predict writes GLUE submissions of {kinds}; this recipe's task "
@@ -101,14 +100,13 @@ def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[Exam
     return named
 
 
-def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, labels: Sequence[str] | None
-                       ) -> None:
+def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, task: Task,
+                       labels: Sequence[str] | None) -> None:
     """One warning per --predict file whose label column (when it has one) holds labels the
     model was never trained on: likely another task's file (AG News through an SST-2 model),
     whose submission would be written without a word."""
     if not specs or not labels:
         return
-    task = get_task(recipe.task)
     for spec in specs:
         try:
             examples = task.read(spec, text_columns=recipe.text_columns,

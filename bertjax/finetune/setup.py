@@ -90,13 +90,28 @@ class TaskSetup:
                            save_files=save_files)
 
 
-def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequence[Example],
-               eval_spec: str) -> TaskSetup:
-    """The TaskSetup of `recipe` for `model` (a bertjax.finetune.pretrained.Pretrained) on the
-    training and evaluation examples."""
-    task = get_task(recipe.task)
-    adapter_class = get_adapter(recipe.family, recipe.approach)
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A recipe's task type and its family's adapter class, looked up and checked once."""
+
+    task: Task
+    adapter_class: type[Adapter]
+
+
+def resolve(recipe: Recipe) -> Resolved:
+    """The recipe's task type and adapter; one line when the family cannot serve the task."""
+    task, adapter_class = get_task(recipe.task), get_adapter(recipe.family, recipe.approach)
     check_supported(adapter_class, task, recipe)
+    return Resolved(task, adapter_class)
+
+
+def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequence[Example],
+               eval_spec: str, resolved: Resolved | None = None) -> TaskSetup:
+    """The TaskSetup of `recipe` for `model` (a bertjax.finetune.pretrained.Pretrained) on the
+    training and evaluation examples; `resolved`: the recipe's task and adapter, when the
+    caller has looked them up."""
+    resolved = resolved or resolve(recipe)
+    task, adapter_class = resolved.task, resolved.adapter_class
     order = recipe.labels if recipe.labels is not None else getattr(train, "label_order", None)
     labels = task.label_names(train, dev, eval_spec, order)
     numbered = order is not None or (labels is not None and integer_labels(labels))

@@ -33,11 +33,10 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from bertjax.files import absolute, as_path, filesystem, is_remote, naming, unreachable
+from bertjax.files import as_path, filesystem, is_remote, naming, unreachable
 
 LEASE = "lease.json"
 DEFAULT_TIMEOUT = 600.0  # seconds an object-storage lease lives without renewal
-_HELD: dict[str, Lease | None] = {}  # workdir -> this process's lease (None: not process 0)
 
 
 class WorkdirInUseError(ValueError):
@@ -288,13 +287,9 @@ def _agree(refusal: str | None) -> str | None:
 
 @contextlib.contextmanager
 def hold(workdir: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
-    """Hold the lease on `workdir` within the block (re-entrant within a process)."""
+    """Hold the lease on `workdir` within the block (process 0 holds it for the run)."""
     import jax
 
-    key = str(absolute(workdir))
-    if key in _HELD:
-        yield
-        return
     lease, refusal = None, None
     if jax.process_index() == 0:
         lease = Lease(workdir, timeout)
@@ -307,10 +302,8 @@ def hold(workdir: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> Iterat
         if lease is not None:  # another process of the run was refused (cannot happen today)
             lease.release()
         raise WorkdirInUseError(refusal)
-    _HELD[key] = lease
     try:
         yield
     finally:
-        _HELD.pop(key, None)
         if lease is not None:
             lease.release()

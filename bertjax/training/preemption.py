@@ -7,12 +7,12 @@ resumes there. All hosts of a multi-host run agree on the step: a signal seen by
 stops every host at the same step, as does orbax's `reached_preemption` (the sync point of
 JAX's preemption service on TPU pods).
 
-The tools watch from their first second (`watch()`, re-entrant: the loop joins the watch the
-tool began). Until training has started (data preparation, restore, the first step's compile)
-there is nothing to save, so a signal raises `Interrupted` at once; the flag also stays set
-and the loop checks it at each stage (`check`), since CPython drops an exception raised while
-a garbage-collection callback runs, where JAX spends some of its time. A second signal ends
-the process at once (exit status 130), whatever it is doing.
+A run watches once, for its whole length (`watch()`, taken by `bertjax.training.run`, around
+data preparation too). Until training has started (data preparation, restore, the first
+step's compile) there is nothing to save, so a signal raises `Interrupted` at once; the flag
+also stays set and the loop checks it at each stage (`check`), since CPython drops an
+exception raised while a garbage-collection callback runs, where JAX spends some of its time.
+A second signal ends the process at once (exit status 130), whatever it is doing.
 """
 
 import contextlib
@@ -28,7 +28,6 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_ACTIVE: "StopSignals | None" = None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -108,22 +107,9 @@ class StopSignals:
         return reason
 
 
-def received() -> str | None:
-    """The stop signal the process's watch has noted ("SIGTERM", ...), or None: a tool asks
-    at its end, when a signal after the last step stopped nothing."""
-    return _ACTIVE.received if _ACTIVE is not None else None
-
-
 @contextlib.contextmanager
 def watch() -> Iterator[StopSignals]:
-    """The process's StopSignals: installed by the outermost `watch`, shared by inner ones."""
-    global _ACTIVE
-    if _ACTIVE is not None:
-        yield _ACTIVE
-        return
+    """StopSignals for the block: SIGTERM and SIGINT handled by the run, the previous
+    handlers back when it ends."""
     with StopSignals() as signals:
-        _ACTIVE = signals
-        try:
-            yield signals
-        finally:
-            _ACTIVE = None
+        yield signals

@@ -35,8 +35,9 @@ from bertjax.models.bert import BertModel, bert_config
 from bertjax.models.elmo import abstract_params, elmo_config
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, UNK, learn_vocabulary, tokenize
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, basic_tokenize
+from bertjax.training import Job, run
 from bertjax.training.experiment import Experiment
-from bertjax.training.loop import build_trainer, run
+from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 from tests.conftest import shared_file
@@ -303,7 +304,7 @@ def agnews_elmo(tmp_path_factory):
         exp = Experiment(objective, ArraySource(train, seed=1), tx, batch_size=32,
                          num_steps=steps, seq_phases=((1.0, AG_T),), log_every=100,
                          checkpoint_every=steps)
-        result = run(exp, tmp_path_factory.mktemp(f"elmo_{l2_coef}"), mesh, show_progress=False)
+        result = run(Job(exp), tmp_path_factory.mktemp(f"elmo_{l2_coef}"), mesh=mesh)
         params = jax.device_get(result.state.params)
         results[l2_coef] = {"accuracy": elmo_accuracy(objective, params, test),
                             "mix": mix_weights(params)["input_mix"]}
