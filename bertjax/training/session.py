@@ -6,8 +6,8 @@
       a new run stopped early leaves nothing (unstarted.py)       workdir left behind
         build the job, when given as a function: data read, prepared and encoded, an
           --init loaded (all of it under the guards above)
-        check_resume and check_run: the workdir holds no other run (tokenizer files, data,
-          family), and the experiment fits the mesh
+        check_run: the experiment fits the mesh, and the workdir holds no other run
+          (tokenizer files, data, family: check_resume)
         the loop (loop.train): restore or init, phases, evaluation, checkpoints
 
 `bertjax-train`, `bertjax-finetune` (through `bertjax.finetune.run`), `bertjax-glue` and the
@@ -24,7 +24,6 @@ from jax.sharding import Mesh
 
 from bertjax.files import as_path
 from bertjax.training import lease, loop, preemption, unstarted
-from bertjax.training import workdir as workdir_lib
 from bertjax.training.evaluation import Evaluator
 from bertjax.training.experiment import Experiment
 
@@ -58,7 +57,6 @@ def run(job: Job | Callable[[], Job], workdir: str | os.PathLike, *, mesh: Mesh,
             job = job()
         signals.check()
         exp = job.experiment
-        workdir_lib.check_resume(workdir, loop.run_facts(exp))
         loop.check_run(exp, mesh, workdir)
         return loop.train(exp, workdir, mesh, signals, show_progress=show_progress,
                           initial_params=job.initial_params, evaluator=job.evaluator)
