@@ -1,8 +1,14 @@
 """A family's part of fine-tuning: the `Adapter` contract.
 
 A task type (bertjax.finetune.task) says what is read, predicted and measured; an adapter says
-how one family does it, for the task inputs and outputs it supports:
+how one family does it, for the task inputs and outputs it supports. It is built once per run
+from the recipe, the pretrained model, the task type, the head's width and the training
+examples, and never changes after:
 
+    __init__        takes from the training examples what its inputs and head depend on (a
+                    pair task's transformation, the number of endings, ELMo's task
+                    vocabulary) and builds `objective`; checks shared by every family (the
+                    recipe's length against the model's positions) are the base class's
     encode_inputs   examples -> the model's input arrays, and the layout decoding needs
                     (where each word sits, QA windows); `encode` adds the task's targets
     objective       the model with the head for the task's output, and its loss, for the loop
@@ -63,8 +69,14 @@ class Adapter:
     buckets: LengthBuckets | None = None
     packing: int = 0
 
-    def __init__(self, recipe: Recipe, model: Pretrained, task: Task, num_outputs: int):
+    objective: Objective  # built by each adapter's __init__
+
+    def __init__(self, recipe: Recipe, model: Pretrained, task: Task, num_outputs: int,
+                 examples: Sequence[Any]):
         self.recipe, self.model, self.task, self.num_outputs = recipe, model, task, num_outputs
+        positions = getattr(model.config, "max_position_embeddings", None)
+        if positions is not None:
+            check_length(recipe, positions)
 
     @classmethod
     def packs(cls, task: Task, recipe: Recipe) -> bool:
@@ -90,10 +102,6 @@ class Adapter:
         """(input arrays, layout) of the examples for the task's inputs; `targets` are given
         for training examples (an encoding that labels as it cuts, such as QA windows,
         uses them)."""
-        raise NotImplementedError
-
-    def objective(self, train: Arrays) -> Objective:
-        """The objective the loop trains, for the encoded training arrays."""
         raise NotImplementedError
 
     def predict(self, params: Any, inputs: Arrays) -> Any:

@@ -123,9 +123,12 @@ def _encoded_spans(values: Sequence[Any], layout: Any, length: int) -> Arrays:
 @dataclasses.dataclass(frozen=True)
 class Output:
     """One kind of prediction: its loss, the training metric shown beside the loss, the
-    target arrays of a batch, and whether predictions have a token axis (axis 1)."""
+    target arrays of a batch, and whether predictions have a token axis (axis 1). `head` is
+    the name a run record gives the head that makes it (training/workdir.py, HEADS: part of
+    model.json's documented format)."""
 
     name: str
+    head: str
     loss: Callable[[Array, Batch], tuple[Array, dict[str, Array]]]
     metric: str
     example_targets: Callable[[int, int], Arrays]  # (batch size, length) -> zero targets
@@ -142,12 +145,19 @@ class Output:
         return self.make_targets(values, layout, length)
 
 
-CLASSES = Output("classes", classes_loss, "accuracy", _example_labels(np.int32),
+CLASSES = Output("classes", "classify", classes_loss, "accuracy", _example_labels(np.int32),
                  _labels(np.int32))
-SCORE = Output("score", score_loss, "mse", _example_labels(np.float32), _labels(np.float32))
-CHOICE = Output("choice", classes_loss, "accuracy", _example_labels(np.int32),
+SCORE = Output("score", "regress", score_loss, "mse", _example_labels(np.float32),
+               _labels(np.float32))
+CHOICE = Output("choice", "choice", classes_loss, "accuracy", _example_labels(np.int32),
                 _labels(np.int32))
-WORD_CLASSES = Output("word_classes", word_classes_loss, "accuracy", _example_word_labels,
-                      word_targets, token_axis=True)
-SPANS = Output("spans", span_loss, "start_accuracy", _example_spans, _encoded_spans,
+WORD_CLASSES = Output("word_classes", "tag", word_classes_loss, "accuracy",
+                      _example_word_labels, word_targets, token_axis=True)
+SPANS = Output("spans", "span", span_loss, "start_accuracy", _example_spans, _encoded_spans,
                token_axis=True)
+OUTPUTS = (CLASSES, SCORE, CHOICE, WORD_CLASSES, SPANS)  # one per recorded head name (HEADS)
+
+
+def output_of_head(head: str) -> Output:
+    """The output a recorded head name stands for (one of HEADS)."""
+    return next(output for output in OUTPUTS if output.head == head)

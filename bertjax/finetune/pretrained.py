@@ -55,25 +55,38 @@ def _bert_encoder_shapes(config: Any) -> Any:
     return {"bert": nn.unbox(jax.eval_shape(init)["params"])}
 
 
-def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
-    found = workdir_lib.read_record(path)["family"]
-    _check_family(found, family, path)
-    if family == "bert":
-        trained = load_trained(path, "bert", TOOL, _bert_encoder_shapes)
-        vocab = WordPieceVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record,
-                                                               "vocab"),
-                                    lower_case=trained.record["tokenizer"].get("lower_case", True))
-        return Pretrained("bert", trained.config, trained.params["bert"], vocab, str(path))
-    if family == "gpt":
-        trained = load_trained(path, "gpt", TOOL, gpt_model.abstract_params, remat=False)
-        files = [workdir_lib.tokenizer_file(trained.workdir, trained.record, role)
-                 for role in ("vocab", "merges")]
-        return Pretrained("gpt", trained.config, trained.params, ByteLevelBPE.from_files(*files),
-                          str(path))
+def _bert_workdir(path: os.PathLike) -> Pretrained:
+    trained = load_trained(path, "bert", TOOL, _bert_encoder_shapes)
+    vocab = WordPieceVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record,
+                                                           "vocab"),
+                                lower_case=trained.record["tokenizer"].get("lower_case", True))
+    return Pretrained("bert", trained.config, trained.params["bert"], vocab, str(path))
+
+
+def _gpt_workdir(path: os.PathLike) -> Pretrained:
+    trained = load_trained(path, "gpt", TOOL, gpt_model.abstract_params, remat=False)
+    files = [workdir_lib.tokenizer_file(trained.workdir, trained.record, role)
+             for role in ("vocab", "merges")]
+    return Pretrained("gpt", trained.config, trained.params, ByteLevelBPE.from_files(*files),
+                      str(path))
+
+
+def _elmo_workdir(path: os.PathLike) -> Pretrained:
     trained = load_trained(path, "elmo", TOOL, elmo_model.abstract_params)
     vocab = ElmoVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record, "vocab"))
     words = trained.record["tokenizer"].get("word_tokenizer", "whitespace")
     return Pretrained("elmo", trained.config, trained.params, vocab, str(path), words)
+
+
+WORKDIR_LOADERS = {"bert": _bert_workdir, "gpt": _gpt_workdir, "elmo": _elmo_workdir}
+
+
+def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
+    """A bertjax workdir's model: its record names a family (one of workdir_lib.FAMILIES,
+    each with its loader here), which must be `family`."""
+    found = workdir_lib.read_record(path)["family"]
+    _check_family(found, family, path)
+    return WORKDIR_LOADERS[found](path)
 
 
 def _read_json(file: pathlib.Path) -> dict[str, Any]:

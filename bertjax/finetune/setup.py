@@ -115,13 +115,13 @@ def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequen
     order = recipe.labels if recipe.labels is not None else getattr(train, "label_order", None)
     labels = task.label_names(train, dev, eval_spec, order)
     numbered = order is not None or (labels is not None and integer_labels(labels))
-    adapter = adapter_class(recipe, model, task, task.num_outputs(labels))
+    adapter = adapter_class(recipe, model, task, task.num_outputs(labels), train)
     data = EvalData(list(dev), task.golds(dev), labels, None, recipe, numbered)
     main_metric = check_main_metric(task, data)
     train_arrays = adapter.encode(train, task.targets(train, labels)).arrays
     dev_encoded = adapter.encode(dev)
     data = dataclasses.replace(data, layout=dev_encoded.layout)
-    return TaskSetup(task, adapter, adapter.objective(train_arrays), train_arrays,
+    return TaskSetup(task, adapter, adapter.objective, train_arrays,
                      dev_encoded.arrays, data, main_metric)
 
 

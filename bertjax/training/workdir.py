@@ -1,14 +1,20 @@
 """A run's workdir record, WORKDIR/model.json: the model family, its config and its tokenizer.
 
 Written by the training loop once a run starts (after its checks and restore), for every
-family, so the tools that load a checkpoint (bertjax-generate, bertjax-embed, fine-tuning)
-know what the workdir holds while the run is still going:
+family, so the tools that load a checkpoint (bertjax-generate, bertjax-embed, fine-tuning,
+export) know what the workdir holds while the run is still going:
 
-    {"family": "gpt", "objective": "gpt_pretraining",
+    {"format": 1, "family": "gpt", "objective": "gpt_pretraining",
      "config_class": "bertjax.models.gpt.GptConfig", "config": {...},
      "tokenizer": {"kind": "bpe", "files": {"vocab": "vocab.json", ...}, "vocab_size": 4096,
                    "sha256": {"vocab": "...", ...}},
      "data": {"corpus": "stdlib", "batch_size": 256}}
+
+The record is a file format (docs/design.md, "The run record"): its version is FORMAT (a
+record without one is version 1, as bertjax wrote them before it said so), the families are
+FAMILIES and an objective's name says what its run trains (`role`), in the names below, which
+never change meaning. `read_record` is the one reader; it refuses, in one line, a record of a
+newer format, an unknown family or an objective no family has.
 
 Tokenizer files are named relative to the workdir, so a workdir can be copied elsewhere. Their
 digests let a resume refuse, before any compute, to go on with a tokenizer file that is missing
@@ -28,10 +34,50 @@ from typing import Any
 from bertjax.files import as_path, is_remote, local_copy, write_text
 
 RECORD = "model.json"
+FORMAT = 1
+FAMILIES = ("bert", "gpt", "elmo")
+# A fine-tuned head's name in an objective ("bert_classify", "elmo_pair_regress", ...):
+# classes, a score, a choice among endings, a class per word, an answer span.
+HEADS = ("classify", "regress", "choice", "tag", "span")
+FAMILY_HEADS = {"bert": HEADS, "elmo": ("classify", "regress", "tag")}  # pair_*: ELMo only
+GPT_TRANSFORMATIONS = ("classification", "entailment", "similarity", "multiple_choice")
 
 
 class RecordError(ValueError):
     """A workdir whose model cannot be identified or is of the wrong family."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """What a run trains, as its objective's name records it.
+
+    kind: "pretraining" (every family), "ltr_pretraining" (BERT's left-to-right ablation),
+    "head" (a fine-tuned head, `name` one of HEADS; `pair`: ELMo's two-sentence task model),
+    "features" (BERT's feature-based tagger, `name` its layer combination) or
+    "transformation" (GPT fine-tuning, `name` one of GPT_TRANSFORMATIONS)."""
+
+    kind: str
+    name: str = ""
+    pair: bool = False
+
+
+def role(family: str, objective: str) -> Role:
+    """The Role an objective name records; one line naming both when no family has it."""
+    rest = objective.removeprefix(f"{family}_") if objective.startswith(f"{family}_") else None
+    if rest == "pretraining":
+        return Role("pretraining")
+    if family == "bert" and rest == "ltr_pretraining":
+        return Role("ltr_pretraining")
+    if family == "bert" and rest is not None and rest.startswith("features_"):
+        return Role("features", rest.removeprefix("features_"))
+    if family == "gpt" and rest in GPT_TRANSFORMATIONS:
+        return Role("transformation", rest)
+    pair = family == "elmo" and rest is not None and rest.startswith("pair_")
+    head = rest.removeprefix("pair_") if pair else rest
+    if head in FAMILY_HEADS.get(family, ()) and not (pair and head == "tag"):
+        return Role("head", head, pair)
+    raise RecordError(f"objective {objective!r} of a {family} run is not one this bertjax "
+                      "knows: export or load it with the bertjax version that trained it")
 
 
 def file_digest(path: str | os.PathLike) -> str:
@@ -50,7 +96,7 @@ def write_record(workdir: str | os.PathLike, family: str, objective: str, config
                if (workdir / name).is_file()}
     if digests:
         tokenizer = {**tokenizer, "sha256": digests}
-    payload = {"family": family, "objective": objective,
+    payload = {"format": FORMAT, "family": family, "objective": objective,
                "config_class": f"{cls.__module__}.{cls.__qualname__}",
                "config": dataclasses.asdict(config), "tokenizer": tokenizer}
     if data:
@@ -112,6 +158,15 @@ def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
         raise RecordError(f"{path}: not valid JSON ({e}): restore it or retrain") from None
     if not isinstance(record, dict) or "family" not in record or "config" not in record:
         raise RecordError(f"{path}: has no 'family' and 'config': it was not written by bertjax")
+    version = record.get("format", 1)
+    if not isinstance(version, int) or version > FORMAT:
+        raise RecordError(f"{path} is of record format {version!r}, newer than this bertjax's "
+                          f"({FORMAT}): upgrade bertjax to read it")
+    if record["family"] not in FAMILIES:
+        raise RecordError(f"{path} records family {record['family']!r}, which this bertjax "
+                          f"does not have ({', '.join(FAMILIES)}): use the bertjax version "
+                          "that trained it")
+    role(record["family"], record.get("objective", ""))  # one line for an unknown objective
     return record
 
 

@@ -19,17 +19,15 @@ from typing import Any
 import numpy as np
 
 from bertjax.finetune import qa, truncation
-from bertjax.finetune.adapter import Adapter, SetupError, check_length, register
+from bertjax.finetune.adapter import Adapter, SetupError, register
 from bertjax.finetune.heads.bert import (
-    KIND_OUTPUTS,
+    HEADS,
     PACKABLE,
-    BertHead,
     bert_finetuning,
     with_pretrained_encoder,
 )
 from bertjax.finetune.length_buckets import LengthBuckets
 from bertjax.finetune.task import CHOICES, QUESTIONS, TEXTS, WORDS
-from bertjax.objectives.objective import Objective
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 Arrays = dict[str, np.ndarray]
@@ -161,16 +159,16 @@ class BertFineTuned(Adapter):
 
     family, approach = "bert", "fine_tune"
     inputs = (TEXTS, WORDS, CHOICES, QUESTIONS)
-    outputs = tuple(output.name for output in KIND_OUTPUTS.values())
+    outputs = tuple(output.name for output in HEADS)
 
-    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int):
-        super().__init__(recipe, model, task, num_outputs)
+    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int,
+                 examples: Sequence[Any]):
+        super().__init__(recipe, model, task, num_outputs, examples)
         self.config = model.config.replace(dropout_rate=recipe.dropout, remat=False)
-        check_length(recipe, self.config.max_position_embeddings)
-        self.kind = next(k for k, output in KIND_OUTPUTS.items() if output == task.output)
-        self.bilstm = recipe.lstm_size if recipe.bilstm else 0
-        self.head = BertHead(self.config, self.kind, num_outputs, self.bilstm)
         self.packing = recipe.packed_sequences
+        choices = len(examples[0].endings) if task.inputs == CHOICES and examples else 4
+        self.objective = bert_finetuning(self.config, task.output, num_outputs, choices,
+                                         recipe.lstm_size if recipe.bilstm else 0, self.packing)
         if recipe.length_buckets > 1 and task.inputs != QUESTIONS and not self.packing:
             token_features = INPUT_FEATURES + (task.output.target_features
                                                if task.output.token_axis else ())
@@ -179,9 +177,8 @@ class BertFineTuned(Adapter):
 
     @classmethod
     def packs(cls, task: Any, recipe: Any) -> bool:
-        """Texts into a [CLS] head (classify, regress) without a BiLSTM train on packed rows."""
-        kind = next(k for k, output in KIND_OUTPUTS.items() if output == task.output)
-        return task.inputs == TEXTS and kind in PACKABLE and not recipe.bilstm
+        """Texts into a [CLS] head (classes, a score) without a BiLSTM train on packed rows."""
+        return task.inputs == TEXTS and task.output in PACKABLE and not recipe.bilstm
 
     def encode_inputs(self, examples: Sequence[Any], targets: list | None
                       ) -> tuple[Arrays, Any]:
@@ -199,15 +196,9 @@ class BertFineTuned(Adapter):
                                   [ex.endings for ex in examples], length), None
         return encode_texts(vocab, [ex.texts for ex in examples], length), None
 
-    def objective(self, train: Arrays) -> Objective:
-        ids = train["input_ids"]
-        choices = ids.shape[1] if ids.ndim == 3 else 4
-        return bert_finetuning(self.config, self.kind, self.num_outputs, choices, self.bilstm,
-                               self.packing)
-
     def predict(self, params: Any, inputs: Arrays) -> Any:
-        return self.head.apply({"params": params}, inputs["input_ids"], inputs["segment_ids"],
-                               inputs["input_mask"])
+        return self.objective.model.apply({"params": params}, inputs["input_ids"],
+                                          inputs["segment_ids"], inputs["input_mask"])
 
     def initial_params(self, params: Any) -> Any:
         return with_pretrained_encoder(params, self.model.params)

@@ -11,7 +11,6 @@ from bertjax.finetune.heads.bert import with_pretrained_encoder
 from bertjax.finetune.heads.bert_features import FROZEN, bert_feature_objective
 from bertjax.finetune.outputs import WORD_CLASSES
 from bertjax.finetune.task import WORDS
-from bertjax.objectives.objective import Objective
 
 
 @register
@@ -23,21 +22,19 @@ class BertFeatures(Adapter):
     inputs, outputs = (WORDS,), (WORD_CLASSES.name,)
     frozen = FROZEN
 
-    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int):
-        super().__init__(recipe, model, task, num_outputs)
-        self._objective = bert_feature_objective(model.config, recipe.features, num_outputs,
-                                                 recipe.lstm_size, dropout_rate=recipe.dropout)
+    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int,
+                 examples: Sequence[Any]):
+        super().__init__(recipe, model, task, num_outputs, examples)
+        self.objective = bert_feature_objective(model.config, recipe.features, num_outputs,
+                                                recipe.lstm_size, dropout_rate=recipe.dropout)
 
     def encode_inputs(self, examples: Sequence[Any], targets: list | None
                       ) -> tuple[Arrays, Any]:
         return encode_words(self.model.tokenizer, [ex.tokens for ex in examples],
                             self.recipe.max_seq_length)
 
-    def objective(self, train: Arrays) -> Objective:
-        return self._objective
-
     def predict(self, params: Any, inputs: Arrays) -> Any:
-        return self._objective.model.apply({"params": params}, inputs["input_ids"],
+        return self.objective.model.apply({"params": params}, inputs["input_ids"],
                                            inputs["segment_ids"], inputs["input_mask"])
 
     def initial_params(self, params: Any) -> Any:

@@ -29,13 +29,8 @@ from bertjax.finetune.heads.elmo import (
 )
 from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES
 from bertjax.finetune.task import TEXTS, WORDS
-from bertjax.objectives.objective import Objective
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, sentence_char_ids, tokenize
 
-# (task output, number of sentences): the ELMo task model
-TASK_MODELS = {(CLASSES.name, 1): "classify", (CLASSES.name, 2): "pair_classify",
-               (SCORE.name, 1): "regress", (SCORE.name, 2): "pair_regress",
-               (WORD_CLASSES.name, 1): "tag"}
 PAD_WORD = 0
 
 
@@ -85,13 +80,24 @@ class ElmoFeatures(Adapter):
     outputs = (CLASSES.name, SCORE.name, WORD_CLASSES.name)
     frozen = FROZEN
 
-    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int):
-        super().__init__(recipe, model, task, num_outputs)
+    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int,
+                 examples: Sequence[Any]):
+        super().__init__(recipe, model, task, num_outputs, examples)
         if model.config.token_encoder == "word" and model.tokenizer is None:
             raise SetupError("a word-encoder biLM needs its vocabulary: pass its bertjax "
                              "workdir as --init")
-        self.task_model: str | None = None  # set by the first (training) encoding
-        self.words: dict[str, int] | None = None
+        texts = self._sentences(examples)
+        self.pair = len(texts) == 2  # the training examples': two sentences, or one
+        self.words = (word_index(s for sentences in texts for s in sentences)
+                      if recipe.word_embed_dim else None)
+        r = recipe
+        settings = ElmoTaskSettings(
+            placement=r.placement, top_layer_only=r.top_layer_only, l2_coef=r.mix_l2,
+            elmo_dropout=r.elmo_dropout, hidden_size=r.lstm_size, num_layers=r.lstm_layers,
+            dropout_rate=r.dropout, word_embed_dim=r.word_embed_dim, word_dropout=r.word_dropout,
+            word_vocab_size=len(self.words) + 2 if self.words is not None else 0)
+        self.objective = elmo_task_objective(model.config, task.output, num_outputs, settings,
+                                             self.pair)
 
     def _sentences(self, examples: Sequence[Any]) -> list[list[list[str]]]:
         """Per text of the examples (one or two), each example's words."""
@@ -103,13 +109,9 @@ class ElmoFeatures(Adapter):
     def encode_inputs(self, examples: Sequence[Any], targets: list | None
                       ) -> tuple[Arrays, Any]:
         texts = self._sentences(examples)
-        task_model = TASK_MODELS[(self.task.output.name, len(texts))]
-        if self.task_model not in (None, task_model):
+        if (len(texts) == 2) != self.pair:
             raise SetupError(f"the training examples have another number of texts than these "
                              f"({len(texts)}): give every file the same columns")
-        self.task_model = task_model
-        if self.recipe.word_embed_dim and self.words is None:
-            self.words = word_index(s for sentences in texts for s in sentences)
         length = self.recipe.max_seq_length
         arrays: Arrays = {}
         for sentences, suffix in zip(texts, ("", "_b"), strict=False):
@@ -119,23 +121,11 @@ class ElmoFeatures(Adapter):
         return arrays, [[k if k < length - 2 else -1 for k in range(len(words))]
                         for words in texts[0]]
 
-    def objective(self, train: Arrays) -> Objective:
-        r = self.recipe
-        settings = ElmoTaskSettings(
-            placement=r.placement, top_layer_only=r.top_layer_only, l2_coef=r.mix_l2,
-            elmo_dropout=r.elmo_dropout, hidden_size=r.lstm_size, num_layers=r.lstm_layers,
-            dropout_rate=r.dropout,
-            word_embed_dim=r.word_embed_dim, word_dropout=r.word_dropout,
-            word_vocab_size=len(self.words) + 2 if self.words is not None else 0)
-        self._objective = elmo_task_objective(self.model.config, self.task_model,
-                                              self.num_outputs, settings)
-        return self._objective
-
     def seq_length(self, train: Arrays) -> int:
         return self.recipe.max_seq_length  # every sentence is padded to it
 
     def predict(self, params: Any, inputs: Arrays) -> Any:
-        return self._objective.model.apply({"params": params}, inputs)
+        return self.objective.model.apply({"params": params}, inputs)
 
     def initial_params(self, params: Any) -> Any:
         return with_pretrained_bilm(params, self.model.params)
