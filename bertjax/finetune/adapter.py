@@ -140,8 +140,9 @@ def check_supported(adapter_class: type[Adapter], task: Task, recipe: Recipe) ->
         raise SetupError(f"finetune.task={task.name!r}: {adapter_class.family.upper()} "
                          f"({adapter_class.approach}) serves {', '.join(served)}: choose one "
                          "of those or another recipe")
-    if recipe.packed_sequences and not adapter_class.packs(task, recipe):
-        raise SetupError(f"finetune.packed_sequences={recipe.packed_sequences}: "
+    packing = getattr(recipe, "packed_sequences", 0)  # a BERT setting
+    if packing and not adapter_class.packs(task, recipe):
+        raise SetupError(f"finetune.packed_sequences={packing}: "
                          f"{adapter_class.family.upper()} ({adapter_class.approach}) packs no "
                          f"rows for finetune.task={task.name!r}: set "
                          "finetune.packed_sequences = 0")
