@@ -42,9 +42,9 @@ from safetensors.numpy import save_file
 
 from bertjax import files
 from bertjax.convert import destination, elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
-from bertjax.finetune.task_record import TASK_RECORD, read_task_record
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import resolve, restore_saved_params
+from bertjax.training.workdir import TASK_RECORD, read_task_record
 
 FORMATS = ("hf", "bilm")
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}

@@ -34,6 +34,7 @@ from typing import Any
 from bertjax.files import as_path, is_remote, local_copy, write_text
 
 RECORD = "model.json"
+TASK_RECORD = "task.json"  # a fine-tuning run's task, labels, tokenizer (task_record.py)
 FORMAT = 1
 FAMILIES = ("bert", "gpt", "elmo")
 # A fine-tuned head's name in an objective ("bert_classify", "elmo_pair_regress", ...):
@@ -213,3 +214,16 @@ def tokenizer_file(workdir: str | os.PathLike, record: dict[str, Any], role: str
         raise RecordError(f"{path}, which {as_path(workdir) / RECORD} names, is missing: "
                           "restore it")
     return local_copy(path)
+
+
+def read_task_record(workdir: str | os.PathLike) -> dict[str, Any] | None:
+    """The task record of `workdir`, or None when the workdir has none (not a fine-tuning
+    run, or one written before runs recorded their task)."""
+    path = as_path(workdir) / TASK_RECORD
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{path}: not valid JSON ({e}): rerun bertjax-finetune with the same "
+                         "flags to write it again") from None
