@@ -167,7 +167,8 @@ def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
         raise RecordError(f"{path} records family {record['family']!r}, which this bertjax "
                           f"does not have ({', '.join(FAMILIES)}): use the bertjax version "
                           "that trained it")
-    role(record["family"], record.get("objective", ""))  # one line for an unknown objective
+    if record.get("objective"):  # one line for an objective no family has
+        role(record["family"], record["objective"])
     return record
 
 
