@@ -32,13 +32,7 @@ import time
 from collections.abc import Iterator
 from typing import IO
 
-os.environ.setdefault("EPATH_USE_TF", "false")  # before epath first picks a gs:// backend
-if os.environ.get("STORAGE_EMULATOR_HOST"):
-    # gcsfs probes each bucket's layout over gRPC, which an emulator does not serve (a minute
-    # of retries per bucket); the JSON API it falls back to is what emulators answer.
-    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-
-from etils import epath  # noqa: E402
+from etils import epath
 
 
 class _NoLibraryTracebacks(logging.Filter):
@@ -53,7 +47,19 @@ class _NoLibraryTracebacks(logging.Filter):
         return not record.getMessage().startswith("Could not determine bucket type")
 
 
-logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
+@functools.cache
+def _prepare_object_store() -> None:
+    """Settings for the object-store libraries, made once, when the first gs:// path is seen
+    (code that never touches gs:// gets none of them): etils reads gs:// through fsspec's
+    gcsfs, not TensorFlow's gfile (EPATH_USE_TF, read when a path picks its backend); under
+    an emulator (STORAGE_EMULATOR_HOST) gcsfs does not probe each bucket's layout over gRPC,
+    which emulators do not serve (a minute of retries per bucket; read when gcsfs is
+    imported, on first gs:// use); and gcsfs's tracebacks are dropped (_NoLibraryTracebacks).
+    An explicit environment variable always wins."""
+    os.environ.setdefault("EPATH_USE_TF", "false")
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
 
 Path = epath.Path
 OBJECT_STORES = ("gs",)  # the URI schemes bertjax reads and writes
@@ -79,6 +85,8 @@ def as_path(path: str | os.PathLike) -> Path:
     if found is not None and found not in OBJECT_STORES:
         raise StorageError(f"{text}: {found}:// paths are not supported: use a local path or "
                            f"{', '.join(f'{s}://BUCKET/PATH' for s in OBJECT_STORES)}")
+    if found is not None:
+        _prepare_object_store()
     return Path(text)
 
 

@@ -91,8 +91,8 @@ def find_workdir(root: files.Path) -> files.Path | None:
                 return found.parent
         return None
     for directory, subdirectories, _ in os.walk(root):
-        if workdir_lib.is_workdir(files.Path(directory)):
-            return files.Path(directory)
+        if workdir_lib.is_workdir(files.as_path(directory)):
+            return files.as_path(directory)
         subdirectories[:] = [d for d in subdirectories if not d.startswith(".")]
     return None
 

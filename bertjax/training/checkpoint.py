@@ -52,9 +52,6 @@ class _QuietOrbax(logging.Filter):
                     and ("orbax" in record.pathname or "orbax" in record.getMessage()))
 
 
-logging.getLogger("absl").addFilter(_QuietOrbax())
-logging.getLogger("asyncio").addFilter(_QuietOrbax())
-
 
 class _QuietOrbaxReports:
     """An unraisable-exception hook: after a failed read or write, orbax's pending tensorstore
@@ -79,6 +76,17 @@ class _QuietOrbaxReports:
         """Wrap the current hook once (a hook set by the user or pytest keeps working)."""
         if not isinstance(sys.unraisablehook, cls):
             sys.unraisablehook = cls(sys.unraisablehook)
+
+
+def _quiet_orbax_failures() -> None:
+    """Drop orbax's own reports of a failed save or restore (_QuietOrbax, _QuietOrbaxReports),
+    which bertjax turns into one line: installed by the first Checkpointer (or read of a best
+    checkpoint), once, so importing bertjax changes no logger and no hook."""
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietOrbax) for f in logger.filters):
+            logger.addFilter(_QuietOrbax())
+    _QuietOrbaxReports.install()
 
 
 def _shapes(tree: Any) -> dict[str, tuple]:
@@ -110,8 +118,8 @@ class Checkpointer:
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save,
             cleanup_tmp_directories=quarantine,  # a killed run's partial save: only its own
         )
+        _quiet_orbax_failures()  # failures arrive from other threads too
         self.manager = self._manager()
-        _QuietOrbaxReports.install()  # failures arrive from other threads
 
     def _manager(self) -> ocp.CheckpointManager:
         return ocp.CheckpointManager(self.directory, options=self.options, item_names=ITEMS)
@@ -424,6 +432,7 @@ def _saved_steps(directory: Path) -> list[int]:
 def _read_best(best_item: Path, workdir: Path, attempts: int = 3) -> Any:
     """WORKDIR/best/params; a read that fails is tried again (`attempts` in all), since the
     run may be swapping in a new best (evaluation.BestKeeper) that very moment."""
+    _quiet_orbax_failures()
     for attempt in range(attempts):
         try:
             with ocp.StandardCheckpointer() as checkpointer:
