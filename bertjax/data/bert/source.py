@@ -14,6 +14,7 @@ training from it needs the vocabulary but never reads or tokenizes the corpus.
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -133,7 +134,7 @@ class BertPretrainingSource(Source):
         except ValueError as e:
             raise DataError(f"{self.setting}: {e}") from None
 
-    def prepare(self, workdir: str) -> None:
+    def prepare(self, workdir: str | os.PathLike) -> None:
         """As the base; with a cache_dir only the vocabulary, which the cache was built with."""
         if not self.cache_dir:
             return super().prepare(workdir)
