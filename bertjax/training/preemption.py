@@ -98,8 +98,7 @@ class StopSignals:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
-    def should_stop(self, step: int, manager: "ocp.CheckpointManager | None" = None
-                    ) -> str | None:
+    def should_stop(self, step: int, manager: "ocp.CheckpointManager | None" = None) -> str | None:
         """Why to stop after `step` ("SIGTERM", "SIGINT", "preemption"), or None."""
         reason = self.received
         if jax.process_count() > 1:
