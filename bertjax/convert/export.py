@@ -42,9 +42,12 @@ from safetensors.numpy import save_file
 
 from bertjax import files
 from bertjax.convert import destination, elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
+from bertjax.models.bert import BertConfig
+from bertjax.models.sizes import FamilyConfig
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import resolve, restore_saved_params
 from bertjax.training.workdir import TASK_RECORD, read_task_record
+from bertjax.typing import Params
 
 FORMATS = ("hf", "bilm")
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -64,8 +67,8 @@ class Trained:
     which: str  # "best" or "step N"
     record: dict[str, Any]  # model.json
     task: dict[str, Any] | None  # task.json of a fine-tuning run
-    config: Any
-    params: dict[str, Any]
+    config: FamilyConfig
+    params: Params
 
     @property
     def objective(self) -> str:
@@ -344,7 +347,7 @@ def _write(trained: Trained, staging: pathlib.Path, format: str, family: str, dt
     return model, ["config.json", "model.safetensors", *write_tokenizer(staging)]
 
 
-def export_bert(config: Any, params: dict[str, Any], out: str | os.PathLike,
+def export_bert(config: BertConfig, params: Params, out: str | os.PathLike,
                 vocab_file: str | os.PathLike, lower_case: bool, dtype: str = "float32"
                 ) -> list[str]:
     """Write plain BertModel (or BertForPreTraining, with its heads) `params` of `config` and

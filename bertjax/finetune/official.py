@@ -25,7 +25,6 @@ import os
 import pathlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from bertjax.files import write_text
 from bertjax.finetune.evaluate import predict_arrays
@@ -123,7 +122,7 @@ def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, task: Task,
                             ", ".join(map(str, labels)))
 
 
-def glue_label(name: str, prediction: Any) -> str:
+def glue_label(name: str, prediction: str | float) -> str:
     """One prediction as the GLUE server expects it in NAME.tsv."""
     if isinstance(prediction, float):
         return f"{prediction:.3f}"
@@ -132,7 +131,7 @@ def glue_label(name: str, prediction: Any) -> str:
     return str(prediction)
 
 
-def submission_tsv(name: str, ids: Sequence[str], predictions: Sequence[Any]) -> str:
+def submission_tsv(name: str, ids: Sequence[str], predictions: Sequence[str | float]) -> str:
     """The text of NAME.tsv: a header, then `index<TAB>prediction` per example."""
     rows = [f"{index}\t{glue_label(name, p)}" for index, p in zip(ids, predictions, strict=True)]
     return "\n".join(["index\tprediction", *rows]) + "\n"

@@ -25,9 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bertjax.finetune.qa import QaWindow
+
 Array = jax.Array
 Arrays = dict[str, np.ndarray]
 Batch = dict[str, Array]
+# What decoding needs of an encoding besides its arrays: per example, each word's token
+# position (-1: cut off) for word outputs; the windows for extractive QA; else None.
+Layout = list[list[int]] | list[QaWindow] | None
 
 
 def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
@@ -111,11 +116,11 @@ def word_targets(tag_ids: Sequence[Sequence[int]], positions: Sequence[Sequence[
     return {"labels": labels, "label_weights": weights}
 
 
-def _labels(dtype: type) -> Callable[[Sequence[Any], Any, int], Arrays]:
+def _labels(dtype: type) -> Callable[[Sequence[Any], Layout, int], Arrays]:
     return lambda values, layout, length: label_targets(values, dtype)
 
 
-def _encoded_spans(values: Sequence[Any], layout: Any, length: int) -> Arrays:
+def _encoded_spans(values: Sequence[Any], layout: Layout, length: int) -> Arrays:
     del values, layout, length
     return {}  # the family's encoder labels each QA window from the answers' characters
 
@@ -132,14 +137,14 @@ class Output:
     loss: Callable[[Array, Batch], tuple[Array, dict[str, Array]]]
     metric: str
     example_targets: Callable[[int, int], Arrays]  # (batch size, length) -> zero targets
-    make_targets: Callable[[Sequence[Any], Any, int], Arrays]  # (values, layout, length)
+    make_targets: Callable[[Sequence[Any], Layout, int], Arrays]  # (values, layout, length)
     token_axis: bool = False
 
     @property
     def target_features(self) -> tuple[str, ...]:
         return tuple(self.example_targets(1, 1))
 
-    def targets(self, values: Sequence[Any], layout: Any, length: int) -> Arrays:
+    def targets(self, values: Sequence[Any], layout: Layout, length: int) -> Arrays:
         """The target arrays of the values a task's `targets` gave, for an encoding whose
         layout is `layout` (word positions for WORD_CLASSES) and token length `length`."""
         return self.make_targets(values, layout, length)

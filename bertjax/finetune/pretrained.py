@@ -22,13 +22,17 @@ from bertjax import files
 from bertjax.convert import elmo_hdf5, google_bert, hf_bert, hf_gpt
 from bertjax.models import elmo as elmo_model
 from bertjax.models import gpt as gpt_model
-from bertjax.models.bert import BertModel
+from bertjax.models.bert import BertConfig, BertModel
+from bertjax.models.sizes import FamilyConfig
 from bertjax.tokenizers.bpe import ByteLevelBPE
 from bertjax.tokenizers.elmo_vocab import ElmoVocabulary
 from bertjax.tokenizers.openai_bpe import OpenAIGptBPE
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
+from bertjax.typing import Params
+
+Tokenizer = WordPieceVocabulary | ByteLevelBPE | OpenAIGptBPE | ElmoVocabulary
 
 TOOL = "bertjax-finetune"
 
@@ -42,14 +46,14 @@ class Pretrained:
     """A pretrained base model: family, config, parameters and tokenizer."""
 
     family: str
-    config: Any
-    params: Any  # BERT: the encoder ("bert" subtree); GPT: the LM; ELMo: the biLM
-    tokenizer: Any  # WordPieceVocabulary, ByteLevelBPE, or an ElmoVocabulary (or None)
+    config: FamilyConfig
+    params: Params  # BERT: the encoder ("bert" subtree); GPT: the LM; ELMo: the biLM
+    tokenizer: Tokenizer | None  # None: an ELMo char biLM read from bilm-tf's files
     source: str
     word_tokenizer: str = "whitespace"  # ELMo: how sentences are split into words
 
 
-def _bert_encoder_shapes(config: Any) -> Any:
+def _bert_encoder_shapes(config: BertConfig) -> Params:
     ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
     init = lambda: BertModel(config).init(jax.random.key(0), ids)  # noqa: E731
     return {"bert": nn.unbox(jax.eval_shape(init)["params"])}
@@ -119,7 +123,7 @@ def _from_hugging_face(path: pathlib.Path, family: str) -> Pretrained:
         return Pretrained("bert", config, params, vocab, str(path))
     config, params = hf_gpt.load_hf_gpt(path)
     if model_type == "openai-gpt":  # GPT-1: character-level BPE with </w>, not byte-level
-        bpe: Any = OpenAIGptBPE.from_directory(path)
+        bpe: OpenAIGptBPE | ByteLevelBPE = OpenAIGptBPE.from_directory(path)
     else:
         bpe = ByteLevelBPE.from_files(path / "vocab.json", path / "merges.txt")
     if bpe.vocab_size > config.vocab_size:
@@ -153,7 +157,7 @@ def _from_bilm_files(options: pathlib.Path, weights: pathlib.Path, family: str) 
     return Pretrained("elmo", config, params, None, f"{options},{weights}")
 
 
-def _check_family(found: str, family: str, path: Any) -> None:
+def _check_family(found: str, family: str, path: str | os.PathLike) -> None:
     if found != family:
         raise InitError(f"--init={path} holds a {found.upper()} model but the recipe fine-tunes "
                         f"{family.upper()} (finetune.family): pass a {family.upper()} model or a "

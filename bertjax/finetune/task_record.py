@@ -27,13 +27,13 @@ from bertjax.files import Path, as_path, is_remote, write_bytes, write_text
 from bertjax.training.workdir import TASK_RECORD, read_task_record
 
 if TYPE_CHECKING:  # reading a record (bertjax-export) needs neither TensorFlow nor the models
-    from bertjax.finetune.pretrained import Pretrained
+    from bertjax.finetune.pretrained import Pretrained, Tokenizer
     from bertjax.finetune.recipe import Recipe
 
 INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
 
 
-def _save_tokenizer(workdir: Path, tokenizer: Any) -> dict[str, Any] | None:
+def _save_tokenizer(workdir: Path, tokenizer: Tokenizer | None) -> dict[str, Any] | None:
     """Copy the tokenizer's files into `workdir`; the record's tokenizer part (None for a
     tokenizer that has no files, e.g. the character input of bilm-tf weights)."""
     from bertjax.tokenizers.bpe import ByteLevelBPE
@@ -56,7 +56,7 @@ def _save_tokenizer(workdir: Path, tokenizer: Any) -> dict[str, Any] | None:
     return None
 
 
-def _tokenizer_files(tokenizer: Any) -> tuple[dict[str, bytes], dict[str, Any]]:
+def _tokenizer_files(tokenizer: Tokenizer | None) -> tuple[dict[str, bytes], dict[str, Any]]:
     """({file name: bytes}, record) of the tokenizer as a run would copy it into its workdir
     (written to a temporary directory by the same code, whatever the tokenizer's kind)."""
     with tempfile.TemporaryDirectory() as directory:

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import flax.linen as nn
 import jax
@@ -37,8 +37,11 @@ from bertjax.training.metrics import MetricWriter
 from bertjax.training.progress import ProgressBar
 from bertjax.training.state import TrainState, create_state
 from bertjax.training.step import StepOptions, eval_step, train_step
+from bertjax.typing import Params
 
 Batch = dict[str, np.ndarray]
+DeviceBatch = dict[str, jax.Array]  # a global batch, sharded over data and fsdp
+R = TypeVar("R")
 
 
 class RunError(ValueError):
@@ -64,23 +67,25 @@ class Trainer:
 
     mesh: Mesh
     rules: Sequence
-    state_shardings: Any
-    abstract_state: Any
+    state_shardings: TrainState  # of NamedShardings
+    abstract_state: TrainState  # of ShapeDtypeStructs with their shardings
     init: Callable[[], TrainState]
-    step: Callable[[TrainState, Any], tuple[TrainState, dict]]
-    evaluate: Callable[[TrainState, Any], dict]
+    step: Callable[[TrainState, DeviceBatch], tuple[TrainState, dict]]
+    evaluate: Callable[[TrainState, DeviceBatch], dict]
     reset_carry: Callable[[TrainState], TrainState]
-    init_from: Callable[[Callable[[Any], Any]], TrainState]
+    init_from: Callable[[Callable[[Params], Params]], TrainState]
     param_norm: Callable[[TrainState], jax.Array]
 
-    def device_batch(self, batch: Batch) -> Any:
+    def device_batch(self, batch: Batch) -> DeviceBatch:
         """Assemble the global batch from this process's rows, split over data and fsdp."""
         sharding = mesh_lib.batch_sharding(self.mesh)
         return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
 
 
-def _shard_like_params(tree: Any, params: Any, param_shardings: Any, replicated: Any) -> Any:
-    """Shardings for an optimizer state: params-shaped subtrees follow the params."""
+def _shard_like_params(tree: optax.OptState, params: Params, param_shardings: Params,
+                       replicated: NamedSharding) -> optax.OptState:
+    """Shardings for an optimizer state (shaped like it, of NamedShardings): params-shaped
+    subtrees follow the params' (`param_shardings`, of NamedShardings), the rest replicate."""
     params_def = jax.tree.structure(params)
     is_params = lambda x: jax.tree.structure(x) == params_def  # noqa: E731
     return jax.tree.map(
@@ -88,8 +93,8 @@ def _shard_like_params(tree: Any, params: Any, param_shardings: Any, replicated:
     )
 
 
-def _in_context(fn: Callable, mesh: Mesh, rules: Sequence) -> Callable:
-    def wrapped(*args: Any) -> Any:
+def _in_context(fn: Callable[..., R], mesh: Mesh, rules: Sequence) -> Callable[..., R]:
+    def wrapped(*args: Any) -> R:
         with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
             return fn(*args)
 
@@ -116,7 +121,7 @@ def build_trainer(
     batch_sharding = mesh_lib.batch_sharding(mesh)
     init_batch = objective.example_batch(1, seq_length)
 
-    def init_boxed_params(rng: jax.Array) -> Any:
+    def init_boxed_params(rng: jax.Array) -> Params:
         return objective.init_variables(rng, init_batch)["params"]
 
     def zero_carry() -> dict[str, jax.Array]:
@@ -165,7 +170,7 @@ def build_trainer(
                               out_shardings=state_shardings))
     param_shardings = jax.tree.leaves(state_shardings.params)
 
-    def init_from(initial_params: Callable[[Any], Any]) -> TrainState:
+    def init_from(initial_params: Callable[[Params], Params]) -> TrainState:
         """A fresh state whose parameters `initial_params` fills (e.g. from a pretrained
         model): it is given abstract parameters (ShapeDtypeStructs with their shardings), and
         only the leaves it leaves abstract are drawn. The jitted draw returns just those
@@ -282,7 +287,7 @@ class _Phase:
 
 
 def train(exp: Experiment, workdir: Path, mesh: Mesh, signals: preemption.StopSignals, *,
-          show_progress: bool = True, initial_params: Callable[[Any], Any] | None = None,
+          show_progress: bool = True, initial_params: Callable[[Params], Params] | None = None,
           evaluator: Evaluator | None = None) -> RunResult:
     """Train `exp` to its num_steps in `workdir`, resuming from its newest checkpoint.
 
@@ -325,7 +330,7 @@ def train(exp: Experiment, workdir: Path, mesh: Mesh, signals: preemption.StopSi
                      late)
 
 
-def _train_phases(run: _RunContext, mesh: Mesh, initial_params: Callable[[Any], Any] | None
+def _train_phases(run: _RunContext, mesh: Mesh, initial_params: Callable[[Params], Params] | None
                   ) -> tuple[TrainState | None, int, dict, str | None]:
     """Every sequence-length phase in turn, restoring or initialising the state at the
     first: (state, the step the run started at, the last metrics, why it stopped)."""
@@ -415,7 +420,7 @@ class _Guards:
 
 
 def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
-                     initial_params: Callable[[Any], Any] | None) -> tuple[TrainState, dict]:
+                     initial_params: Callable[[Params], Params] | None) -> tuple[TrainState, dict]:
     if checkpointer.latest_step() is not None:  # the newest readable one (see Checkpointer)
         return checkpointer.restore(trainer.abstract_state)
     state = trainer.init() if initial_params is None else trainer.init_from(initial_params)

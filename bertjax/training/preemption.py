@@ -20,12 +20,15 @@ import os
 import signal
 import sys
 import types
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+
+if TYPE_CHECKING:
+    import orbax.checkpoint as ocp
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -40,10 +43,10 @@ class _QuietInterrupts:
     in ..." traceback before the tool's own line. The flag stays set and `check` raises it
     again, so the report says nothing; every other report goes to the hook it wraps."""
 
-    def __init__(self, wrapped: Any) -> None:
+    def __init__(self, wrapped: Callable[["sys.UnraisableHookArgs"], object]) -> None:
         self.wrapped = wrapped
 
-    def __call__(self, report: Any) -> None:
+    def __call__(self, report: "sys.UnraisableHookArgs") -> None:
         if not isinstance(report.exc_value, Interrupted):
             self.wrapped(report)
 
@@ -95,7 +98,7 @@ class StopSignals:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
-    def should_stop(self, step: int, manager: Any = None) -> str | None:
+    def should_stop(self, step: int, manager: "ocp.CheckpointManager | None" = None) -> str | None:
         """Why to stop after `step` ("SIGTERM", "SIGINT", "preemption"), or None."""
         reason = self.received
         if jax.process_count() > 1:

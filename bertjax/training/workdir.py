@@ -22,6 +22,8 @@ or changed: the checkpoint's embedding rows mean the token ids it was trained wi
 corpus or batch size is legitimate and announced in one line.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import hashlib
 import importlib
@@ -29,9 +31,12 @@ import json
 import logging
 import os
 import pathlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertjax.files import as_path, is_remote, local_copy, write_text
+
+if TYPE_CHECKING:  # the record stays readable without importing flax
+    from bertjax.models.sizes import FamilyConfig
 
 RECORD = "model.json"
 TASK_RECORD = "task.json"  # a fine-tuning run's task, labels, tokenizer (task_record.py)
@@ -86,7 +91,7 @@ def file_digest(path: str | os.PathLike) -> str:
     return hashlib.sha256(as_path(path).read_bytes()).hexdigest()
 
 
-def write_record(workdir: str | os.PathLike, family: str, objective: str, config: Any,
+def write_record(workdir: str | os.PathLike, family: str, objective: str, config: FamilyConfig,
                  tokenizer: dict[str, Any], data: dict[str, Any] | None = None) -> None:
     """Write WORKDIR/model.json (atomically) for `config`, a family config dataclass, with the
     digest of each tokenizer file in the workdir and the `data` a run trains on."""
@@ -189,7 +194,7 @@ def expect_family(workdir: str | os.PathLike, family: str, tool: str) -> dict[st
     return record
 
 
-def model_config(record: dict[str, Any], **overrides: Any) -> Any:
+def model_config(record: dict[str, Any], **overrides: Any) -> FamilyConfig:
     """The recorded model config, rebuilt by its class (with `overrides`, e.g. remat=False)."""
     module, _, name = record.get("config_class", "").rpartition(".")
     try:

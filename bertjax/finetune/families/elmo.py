@@ -12,13 +12,17 @@ training never saw, trained by finetune.word_dropout). The learned mix weights g
 eval_results.json.
 """
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
 import numpy as np
 
 from bertjax.finetune import truncation
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, register
+from bertjax.finetune.examples import Example
 from bertjax.finetune.heads.elmo import (
     FROZEN,
     UNKNOWN_WORD,
@@ -27,14 +31,19 @@ from bertjax.finetune.heads.elmo import (
     mix_weights,
     with_pretrained_bilm,
 )
-from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES
-from bertjax.finetune.task import TEXTS, WORDS
+from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES, Layout
+from bertjax.finetune.task import TEXTS, WORDS, Task
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, sentence_char_ids, tokenize
+from bertjax.typing import Params
+
+if TYPE_CHECKING:
+    from bertjax.finetune.pretrained import Pretrained
+    from bertjax.finetune.recipe import ElmoRecipe
 
 PAD_WORD = 0
 
 
-def encode_sentences(model: Any, sentences: Sequence[Sequence[str]], length: int,
+def encode_sentences(model: Pretrained, sentences: Sequence[Sequence[str]], length: int,
                      words: dict[str, int] | None = None, suffix: str = "") -> Arrays:
     """char_ids [N, T, C] (and token_ids [N, T] for a word biLM) of <S> words </S>, lengths
     [N] (words + 2), and word_ids [N, T] of the words alone in the task vocabulary `words`
@@ -79,9 +88,10 @@ class ElmoFeatures(Adapter):
     inputs = (TEXTS, WORDS)
     outputs = (CLASSES.name, SCORE.name, WORD_CLASSES.name)
     frozen = FROZEN
+    recipe: ElmoRecipe
 
-    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int,
-                 examples: Sequence[Any]):
+    def __init__(self, recipe: ElmoRecipe, model: Pretrained, task: Task, num_outputs: int,
+                 examples: Sequence[Example]):
         super().__init__(recipe, model, task, num_outputs, examples)
         if model.config.token_encoder == "word" and model.tokenizer is None:
             raise SetupError("a word-encoder biLM needs its vocabulary: pass its bertjax "
@@ -99,15 +109,15 @@ class ElmoFeatures(Adapter):
         self.objective = elmo_task_objective(model.config, task.output, num_outputs, settings,
                                              self.pair)
 
-    def _sentences(self, examples: Sequence[Any]) -> list[list[list[str]]]:
+    def _sentences(self, examples: Sequence[Example]) -> list[list[list[str]]]:
         """Per text of the examples (one or two), each example's words."""
         if self.task.inputs == WORDS:
             return [[list(ex.tokens) for ex in examples]]
         split = lambda text: tokenize(text, self.model.word_tokenizer)  # noqa: E731
         return [[split(ex.texts[i]) for ex in examples] for i in range(len(examples[0].texts))]
 
-    def encode_inputs(self, examples: Sequence[Any], targets: list | None
-                      ) -> tuple[Arrays, Any]:
+    def encode_inputs(self, examples: Sequence[Example], targets: list | None
+                      ) -> tuple[Arrays, Layout]:
         texts = self._sentences(examples)
         if (len(texts) == 2) != self.pair:
             raise SetupError(f"the training examples have another number of texts than these "
@@ -124,12 +134,12 @@ class ElmoFeatures(Adapter):
     def seq_length(self, train: Arrays) -> int:
         return self.recipe.max_seq_length  # every sentence is padded to it
 
-    def predict(self, params: Any, inputs: Arrays) -> Any:
+    def predict(self, params: Params, inputs: Arrays) -> jax.Array:
         return self.objective.model.apply({"params": params}, inputs)
 
-    def initial_params(self, params: Any) -> Any:
+    def initial_params(self, params: Params) -> Params:
         return with_pretrained_bilm(params, self.model.params)
 
-    def report(self, params: Any) -> dict[str, Any]:
+    def report(self, params: Params) -> dict[str, Any]:
         return {"mix_weights": mix_weights(params)}
 

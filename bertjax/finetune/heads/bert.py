@@ -23,7 +23,6 @@ load by replacing `params["bert"]`.
 """
 
 import dataclasses
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -36,6 +35,7 @@ from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.typing import Params
 
 Array = jax.Array
 
@@ -146,7 +146,7 @@ def bert_finetuning(config: BertConfig, output: Output, num_labels: int = 2,
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         outputs = model.apply(
             {"params": params},
             batch["input_ids"],
@@ -175,7 +175,7 @@ def bert_finetuning(config: BertConfig, output: Output, num_labels: int = 2,
                      example_batch, progress)
 
 
-def with_pretrained_encoder(params: Any, encoder_params: Any) -> Any:
+def with_pretrained_encoder(params: Params, encoder_params: Params) -> Params:
     """`params` of a head with its "bert" subtree replaced by a copy of `encoder_params`.
 
     The copy takes the current parameters' shardings, and the caller's arrays stay valid

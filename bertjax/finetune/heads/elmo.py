@@ -42,12 +42,13 @@ vocabulary, and without it every unseen dev word would read one untrained random
 """
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.typing import VariableDict
 
 from bertjax.finetune.heads.linear import linear_head
 from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES, Output
@@ -57,6 +58,7 @@ from bertjax.layers.scalar_mix import ScalarMix, scalar_mix_penalty
 from bertjax.layers.scalar_mix import mix_weights as scalar_mix_weights
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations
 from bertjax.objectives.objective import Objective
+from bertjax.typing import Params
 
 Array = jax.Array
 FROZEN = ("bilm",)  # make_optimizer(frozen=FROZEN)
@@ -190,13 +192,13 @@ class ElmoTaskModel(nn.Module):
         return out[:, 0] if self.output is SCORE else out
 
 
-def mix_penalty(params: Any, l2_coef: float) -> Array:
+def mix_penalty(params: Params, l2_coef: float) -> Array:
     """l2_coef * ||s||^2 summed over the model's ScalarMixes (0 without any)."""
     return sum((scalar_mix_penalty(params[m]["scalars"], l2_coef) for m in MIXES if m in params),
                jnp.zeros((), jnp.float32))
 
 
-def mix_weights(params: Any) -> dict[str, dict[str, Any]]:
+def mix_weights(params: Params) -> dict[str, dict[str, list[float] | float]]:
     """What each mix learned: {"input_mix": {"weights": softmax(s) as K floats, "gamma": g},
     "output_mix": ...} (JSON-ready; empty for top_layer_only)."""
     out = {}
@@ -211,7 +213,8 @@ def mix_weights(params: Any) -> dict[str, dict[str, Any]]:
 
 
 def _example_batch_fn(config: ElmoConfig, output: Output, pair: bool,
-                      settings: ElmoTaskSettings) -> Any:
+                      settings: ElmoTaskSettings
+                      ) -> Callable[[int, int], dict[str, np.ndarray]]:
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         B, T = batch_size, seq_length
         sentence = {"lengths": np.full((B,), T, np.int32)}
@@ -252,10 +255,10 @@ def elmo_task_objective(
     config = task_bilm_config(elmo_config)
     model = ElmoTaskModel(config, output, num_labels, settings, pair)
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+    def init_variables(rng: Array, batch: dict[str, Array]) -> VariableDict:
         return model.init({"params": rng, "dropout": rng}, batch)
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None) -> tuple:
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None) -> tuple:
         params = {**params, "bilm": jax.lax.stop_gradient(params["bilm"])}
         outputs = model.apply({"params": params}, batch, rng is None,
                               rngs=None if rng is None else {"dropout": rng})
@@ -271,7 +274,7 @@ def elmo_task_objective(
                      _example_batch_fn(config, output, pair, settings), progress)
 
 
-def with_pretrained_bilm(params: Any, bilm_params: Any) -> Any:
+def with_pretrained_bilm(params: Params, bilm_params: Params) -> Params:
     """`params` of a task model with its "bilm" subtree taken from a trained biLM's parameters
     (an ELMo checkpoint's, or `load_bilm_hdf5`'s). The task's one-row softmax stand-in stays
     when the biLM's own softmax is bigger; every other parameter must have the same shape.
