@@ -8,7 +8,7 @@ import gin
 from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.data.elmo.source import ElmoSource
 from bertjax.data.gpt.source import LmPretrainingSource
-from bertjax.finetune.recipe import Recipe
+from bertjax.finetune.recipe import finetune
 from bertjax.models.bert import bert_config
 from bertjax.models.elmo import elmo_config
 from bertjax.models.gpt import gpt_config
@@ -29,7 +29,7 @@ gin.external_configurable(make_mesh, module=MODULE)
 gin.external_configurable(make_optimizer, module=MODULE)
 gin.external_configurable(adagrad_optimizer, module=MODULE)
 gin.external_configurable(CompileTarget, "aot_compile", module=MODULE)
-gin.external_configurable(Recipe, "finetune", module=MODULE)  # bertjax-finetune's recipes
+gin.external_configurable(finetune, module=MODULE)  # bertjax-finetune's recipes, by family
 
 # BERT
 gin.external_configurable(bert_config, module=MODULE)

@@ -32,13 +32,7 @@ import time
 from collections.abc import Iterator
 from typing import IO
 
-os.environ.setdefault("EPATH_USE_TF", "false")  # before epath first picks a gs:// backend
-if os.environ.get("STORAGE_EMULATOR_HOST"):
-    # gcsfs probes each bucket's layout over gRPC, which an emulator does not serve (a minute
-    # of retries per bucket); the JSON API it falls back to is what emulators answer.
-    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-
-from etils import epath  # noqa: E402
+from etils import epath
 
 
 class _NoLibraryTracebacks(logging.Filter):
@@ -53,7 +47,19 @@ class _NoLibraryTracebacks(logging.Filter):
         return not record.getMessage().startswith("Could not determine bucket type")
 
 
-logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
+@functools.cache
+def _prepare_object_store() -> None:
+    """Settings for the object-store libraries, made once, when the first gs:// path is seen
+    (code that never touches gs:// gets none of them): etils reads gs:// through fsspec's
+    gcsfs, not TensorFlow's gfile (EPATH_USE_TF, read when a path picks its backend); under
+    an emulator (STORAGE_EMULATOR_HOST) gcsfs does not probe each bucket's layout over gRPC,
+    which emulators do not serve (a minute of retries per bucket; read when gcsfs is
+    imported, on first gs:// use); and gcsfs's tracebacks are dropped (_NoLibraryTracebacks).
+    An explicit environment variable always wins."""
+    os.environ.setdefault("EPATH_USE_TF", "false")
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
 
 Path = epath.Path
 OBJECT_STORES = ("gs",)  # the URI schemes bertjax reads and writes
@@ -79,6 +85,8 @@ def as_path(path: str | os.PathLike) -> Path:
     if found is not None and found not in OBJECT_STORES:
         raise StorageError(f"{text}: {found}:// paths are not supported: use a local path or "
                            f"{', '.join(f'{s}://BUCKET/PATH' for s in OBJECT_STORES)}")
+    if found is not None:
+        _prepare_object_store()
     return Path(text)
 
 
@@ -159,7 +167,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
     target = pathlib.Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_orphans(target)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{os.getpid()}.",
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.{writer_tag()}.",
                                suffix=".tmp")
     try:
         os.fchmod(fd, new_file_mode(target))
@@ -176,10 +184,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
 
 def _remove_orphans(target: pathlib.Path) -> None:
     """Delete temporary files of `target` left by processes that were killed (kill -9)
-    before they could clean up: their names carry the writer's PID."""
+    before they could clean up: their names carry the writer (`writer_tag`)."""
     for orphan in target.parent.glob(f".{glob_escape(target.name)}.*.tmp"):
-        pid = orphan.name[len(target.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_running(int(pid)):
+        if orphaned(orphan.name[len(target.name) + 2:].split(".", 1)[0]):
             orphan.unlink(missing_ok=True)
 
 
@@ -188,15 +195,44 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
-def pid_running(pid: int) -> bool:
-    """True while process `pid` of this host exists (temporary files name their writer)."""
+def process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks after boot, from /proc), None if it is gone:
+    a PID the kernel gave to another process since tells apart by it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]  # a zombie has ended
+
+
+def process_alive(pid: int, started: str | None = None) -> bool:
+    """True when process `pid` of this host runs and, given when it `started`, is that one
+    (not a later process with the same PID)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    now = process_start(pid)
+    if now is None:
+        return not os.path.isdir("/proc")  # no /proc (not Linux): alive as far as we know
+    return started is None or now == started
+
+
+def writer_tag() -> str:
+    """This process as a temporary file's or folder's name carries it: PID-START."""
+    return f"{os.getpid()}-{process_start(os.getpid()) or 0}"
+
+
+def orphaned(tag: str) -> bool:
+    """True when the writer a `writer_tag` names (or a bare PID, as older names carry) has
+    ended: what it left behind is an orphan."""
+    pid, _, started = tag.partition("-")
+    if not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    return not process_alive(int(pid), started if started not in ("", "0") else None)
 
 
 def write_text(path: str | os.PathLike, text: str) -> None:

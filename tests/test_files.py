@@ -60,6 +60,21 @@ def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_write(tmp_pa
     assert (tmp_path / "out.npz").read_bytes() == b"whole"
 
 
+def test_a_temporary_file_of_a_reused_pid_is_an_orphan(tmp_path):
+    """A temporary file's name carries its writer's PID and start time: a PID the kernel has
+    given to another process since (here: the parent's PID with another start) does not
+    keep the dead writer's file alive; the living writer's file stays."""
+    parent = os.getppid()
+    started = files.process_start(parent)
+    reused = tmp_path / f".out.npz.{parent}-{int(started) + 1}.abc.tmp"
+    living = tmp_path / f".out.npz.{parent}-{started}.def.tmp"
+    for path in (reused, living):
+        path.write_bytes(b"partial")
+    files.write_bytes(tmp_path / "out.npz", b"whole")
+    assert not reused.exists() and living.exists()
+    assert files.writer_tag() == f"{os.getpid()}-{files.process_start(os.getpid())}"
+
+
 def test_sigterm_in_a_tool_cleans_up_its_half_written_output(tmp_path):
     """A tool that does not train (bertjax-embed, generate) ends on SIGTERM as on Ctrl-C, so
     its atomic output's temporary file is removed rather than left behind."""

@@ -7,11 +7,16 @@ the task and family registries) counts as importing each of them.
 """
 
 import ast
+import json
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1] / "bertjax"
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT / "bertjax"
 
 # Lower layers first; a module may import its own layer and those below. The longest prefix
 # names a module's layer. bertjax-export reads fine-tuning runs' task records, so it sits
@@ -127,3 +132,46 @@ def test_no_module_imports_a_higher_layer(graph):
 
 def test_the_circle_finder_finds_circles():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+
+IMPORT_EVERYTHING = """
+import ast, importlib, json, logging, os, pathlib, pkgutil, signal, sys
+# The libraries bertjax imports set up the process their own ways (TensorFlow sets
+# environment variables, absl adds an import hook): import every module they give bertjax
+# first, so what changes after that is bertjax's doing.
+for path in pathlib.Path("bertjax").rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                 [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                 and not node.level else [])
+        for name in names:
+            if name.split(".")[0] not in sys.stdlib_module_names | {"bertjax"}:
+                try:
+                    importlib.import_module(name)
+                except ImportError:  # an optional library (torch) or a class, not a module
+                    pass
+state = lambda: (dict(os.environ), list(sys.meta_path), sys.unraisablehook,
+                 {n: list(logging.getLogger(n).filters) for n in ("absl", "asyncio", "gcsfs")},
+                 [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)])
+before = state()
+import bertjax
+for module in pkgutil.walk_packages(bertjax.__path__, "bertjax."):
+    importlib.import_module(module.name)
+names = ("environment", "import hooks", "unraisable hook", "log filters", "signal handlers")
+print(json.dumps([name for name, b, a in zip(names, before, state()) if b != a]))
+"""
+
+
+def test_importing_bertjax_changes_nothing_in_the_process():
+    """Code that imports bertjax (a notebook, another library) gets no environment variables,
+    import hooks, log filters or signal handlers from it: a tool's process set-up
+    (cli/process.py), gs:// settings (files.py) and orbax's quiet reports (checkpoint.py) are
+    made where they are needed, not at import."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "EPATH_USE_TF")}
+    env["JAX_PLATFORMS"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", IMPORT_EVERYTHING], capture_output=True,
+                         text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -28,6 +28,7 @@ from bertjax.analysis.plotting import heatmap_grid
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+from bertjax.typing import Params
 
 SOWN = "attention_weights"  # the name layers/attention.py sows under
 
@@ -77,7 +78,7 @@ def collect_attention(intermediates: Mapping[str, Any]) -> np.ndarray:
 
 def bert_attention(
     config: BertConfig,
-    params: Any,
+    params: Params,
     vocab: WordPieceVocabulary,
     text: str,
     text_b: str | None = None,
@@ -101,7 +102,7 @@ def bert_attention(
 
 def gpt_attention(
     config: GptConfig,
-    params: Any,
+    params: Params,
     input_ids: Sequence[int],
     tokens: Sequence[str] | None = None,
 ) -> AttentionMaps:

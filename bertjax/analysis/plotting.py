@@ -11,15 +11,15 @@ import math
 import os
 import pathlib
 import sys
+import types
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 INSTALL_HINT = "pip install bertjax[notebooks]"
 
 
-def pyplot() -> Any:
+def pyplot() -> types.ModuleType:
     """matplotlib.pyplot (Agg backend when none is set), or one line saying what to install."""
     try:
         import matplotlib

@@ -25,7 +25,6 @@ import os
 import pathlib
 import re
 from collections.abc import Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -37,6 +36,7 @@ from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.tokenizers.elmo_vocab import tokenize
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+from bertjax.typing import Params
 
 # The classic "bank" sentences: two money banks, two river banks, and a blood bank.
 SENTENCES: tuple[str, ...] = (
@@ -89,7 +89,7 @@ def _word_piece_positions(vocab: WordPieceVocabulary, sentence: str, word: str
 
 def bert_word_vectors(
     config: BertConfig,
-    params: Any,
+    params: Params,
     vocab: WordPieceVocabulary,
     sentences: Sequence[str] = SENTENCES,
     word: str = WORD,

@@ -33,7 +33,7 @@ from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
 from bertjax.finetune.runner import RunOutcome
-from bertjax.training import lease, loop, preemption, unstarted
+from bertjax.training import lease, loop
 from bertjax.training.evaluation import RESULTS
 
 PROGRAM = "bertjax-finetune"
@@ -67,7 +67,8 @@ def define_flags() -> None:
 
 def finetune(workdir: os.PathLike, init: str, train_spec: str, eval_spec: str,
              show_progress: bool = True, predict: tuple[str, ...] = (),
-             lower_case: bool | None = None) -> RunOutcome:
+             lower_case: bool | None = None,
+             lease_timeout: float = lease.DEFAULT_TIMEOUT) -> RunOutcome:
     """Run the recipe gin has parsed (bertjax.finetune.run); `predict`: unlabelled files to
     predict with the best checkpoint (GLUE submissions)."""
     recipe = gin_utils.configured("finetune")
@@ -75,7 +76,7 @@ def finetune(workdir: os.PathLike, init: str, train_spec: str, eval_spec: str,
     gin_utils.check_all_read(ignore=("aot_compile",))
     outcome = bertjax.finetune.run(recipe, init, train_spec, eval_spec, workdir,
                                    predict=predict, lower_case=lower_case, mesh=mesh,
-                                   show_progress=show_progress)
+                                   show_progress=show_progress, lease_timeout=lease_timeout)
     for path in outcome.submissions:
         print(f"{PROGRAM}: wrote {path}", file=sys.stderr, flush=True)
     return outcome
@@ -103,16 +104,14 @@ def main() -> None:
             raise gin_utils.ConfigError(
                 f"--{name} is required: {PROGRAM} --gin_file=configs/finetune/RECIPE.gin "
                 "--init=MODEL --train=FILE --eval=FILE --workdir=DIR")
-    with (preemption.watch(), lease.hold(workdir, FLAGS.lease_timeout),
-          unstarted.discard_if_interrupted(workdir)):
-        runner.announce_backend(PROGRAM)
-        gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
-        start = time.perf_counter()
-        outcome = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress,
-                           tuple(FLAGS.predict), FLAGS.do_lower_case)
-        result, results = outcome.result, outcome.results
-        runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
-            result, results, workdir, time.perf_counter() - start))
+    runner.announce_backend(PROGRAM)
+    gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+    start = time.perf_counter()
+    outcome = finetune(workdir, FLAGS.init, FLAGS.train, FLAGS.eval, FLAGS.progress,
+                       tuple(FLAGS.predict), FLAGS.do_lower_case, FLAGS.lease_timeout)
+    result, results = outcome.result, outcome.results
+    runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
+        result, results, workdir, time.perf_counter() - start))
 
 
 def run() -> None:

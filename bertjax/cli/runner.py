@@ -50,8 +50,8 @@ def finish_run(program: str, result: Any, workdir: os.PathLike,
     if result.stopped:
         print(f"{program}: stopped at step {result.step} ({result.stopped}): the checkpoint is "
               "saved; rerun the same command to resume", file=sys.stderr, flush=True)
-    elif preemption.received():
-        print(f"{program}: {preemption.received()} came after the last step: the run is "
+    elif result.late_signal:
+        print(f"{program}: {result.late_signal} came after the last step: the run is "
               "complete and saved", file=sys.stderr, flush=True)
 
 

@@ -19,11 +19,10 @@ import time
 import gin
 from absl import flags
 
-from bertjax import files
+from bertjax import files, training
 from bertjax.cli import gin_utils, runner
 from bertjax.objectives.objective import Objective
-from bertjax.training import distributed, lease, loop, preemption, unstarted
-from bertjax.training import workdir as workdir_lib
+from bertjax.training import distributed, lease, loop
 
 PROGRAM = "bertjax-train"
 FLAGS = flags.FLAGS
@@ -73,26 +72,27 @@ def check_workdir(workdir: str | None) -> files.Path:
 
 
 def train(workdir: str | os.PathLike, show_progress: bool = True, init: str | None = None,
-          lower_case: bool | None = None) -> tuple[loop.RunResult, Objective]:
-    """Build the configured experiment, check it, prepare its data, train and checkpoint;
-    with `init`, a fresh run starts from those pretrained weights.
-
-    Nothing is written to `workdir` until every check has passed.
-    """
+          lower_case: bool | None = None, lease_timeout: float = lease.DEFAULT_TIMEOUT
+          ) -> tuple[loop.RunResult, Objective]:
+    """Build the configured experiment and train it (bertjax.training.run); with `init`, a
+    fresh run starts from those pretrained weights. Nothing is written to `workdir` until
+    every check has passed."""
     exp = gin_utils.configured("train")
     mesh = gin.get_configurable("bertjax.make_mesh")()  # data/fsdp/model from meshes/*.gin
     gin_utils.check_all_read(ignore=("aot_compile",))  # TPU mesh files also bind the compiler
-    workdir_lib.check_resume(workdir)  # before preparation, which could learn a new vocabulary
-    with preemption.watch() as signals:
-        exp.source.prepare(workdir)
-        signals.check()
-        initial = None
-        if init:
-            from bertjax.convert import continued  # reads TensorFlow checkpoints: only when asked
 
-            initial = continued.initial_params(init, exp.objective, exp.source, lower_case)
-            signals.check()
-        return loop.run(exp, workdir, mesh, show_progress, initial), exp.objective
+    def build() -> training.Job:
+        exp.source.prepare(workdir)
+        if not init:
+            return training.Job(exp)
+        from bertjax.convert import continued  # reads TensorFlow checkpoints: only when asked
+
+        return training.Job(exp, continued.initial_params(init, exp.objective, exp.source,
+                                                          lower_case))
+
+    result = training.run(build, workdir, mesh=mesh, show_progress=show_progress,
+                          lease_timeout=lease_timeout)
+    return result, exp.objective
 
 
 def summarize(result: loop.RunResult, objective: Objective, workdir: files.Path,
@@ -119,16 +119,13 @@ def main() -> None:
     # so the run's handlers go in after it, which keeps SIGTERM a stop at a saved step.
     distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
                            auto=FLAGS.distributed)
-    with preemption.watch():  # from here on: preparation can take minutes
-        with (lease.hold(workdir, FLAGS.lease_timeout),  # one run per workdir
-              unstarted.discard_if_interrupted(workdir)):
-            runner.announce_backend(PROGRAM)
-            gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
-            start = time.perf_counter()
-            result, objective = train(workdir, show_progress=FLAGS.progress, init=FLAGS.init,
-                                      lower_case=FLAGS.do_lower_case)
-            runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
-                result, objective, workdir, time.perf_counter() - start))
+    runner.announce_backend(PROGRAM)
+    gin_utils.parse(FLAGS.gin_file, FLAGS.gin_bindings)
+    start = time.perf_counter()
+    result, objective = train(workdir, FLAGS.progress, FLAGS.init, FLAGS.do_lower_case,
+                              FLAGS.lease_timeout)
+    runner.finish_run(PROGRAM, result, workdir, lambda: summarize(
+        result, objective, workdir, time.perf_counter() - start))
 
 
 def run() -> None:

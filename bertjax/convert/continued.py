@@ -14,16 +14,24 @@ checkpoint lacks, e.g. a bare BertModel's, keep their initialisation, as the log
 resumed run continues from its own checkpoints as always.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
 from bertjax.convert import google_bert, hf_bert, scan
 from bertjax.models.bert import BertConfig
+from bertjax.objectives.objective import Objective
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+from bertjax.typing import Params
+
+if TYPE_CHECKING:  # the data sources import seqio and TensorFlow
+    from bertjax.data.bert.source import BertPretrainingSource
 
 _SIZES = ("vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_size",
           "num_layers", "num_heads", "mlp_dim")
@@ -67,7 +75,8 @@ def _check_sizes(found: BertConfig, configured: BertConfig, init: str) -> None:
                          "bert_pretraining, not the left-to-right objective")
 
 
-def _check_vocabulary(path: pathlib.Path, vocab: Any, lower_case: bool, setting: str) -> None:
+def _check_vocabulary(path: pathlib.Path, vocab: WordPieceVocabulary, lower_case: bool,
+                      setting: str) -> None:
     released = (path / "vocab.txt").read_text(encoding="utf-8").splitlines()
     if list(getattr(vocab, "tokens", [])) != released:
         raise ValueError(f"the data source's vocabulary is not {path / 'vocab.txt'}: set "
@@ -79,8 +88,8 @@ def _check_vocabulary(path: pathlib.Path, vocab: Any, lower_case: bool, setting:
                          f"{setting}.lower_case={lower_case}")
 
 
-def initial_params(init: str, objective: Any, source: Any, lower_case: bool | None = None
-                   ) -> Callable[[Any], Any]:
+def initial_params(init: str, objective: Objective, source: BertPretrainingSource,
+                   lower_case: bool | None = None) -> Callable[[Params], Params]:
     """The loop's `initial_params` for continuing `objective` (BERT pretraining) from `init`,
     checked against the configured model and the prepared data `source` now, so a mismatch
     fails before anything is written."""
@@ -97,7 +106,7 @@ def initial_params(init: str, objective: Any, source: Any, lower_case: bool | No
     if (path / "vocab.txt").is_file():
         _check_vocabulary(path, source.vocab, lower, getattr(source, "setting", "source"))
 
-    def initial(params: Any) -> Any:
+    def initial(params: Params) -> Params:
         plain = jax.device_get(params)
         scanned = scan.is_scanned(plain)
         unscanned = scan.unstack_layers(plain) if scanned else plain

@@ -91,8 +91,8 @@ def find_workdir(root: files.Path) -> files.Path | None:
                 return found.parent
         return None
     for directory, subdirectories, _ in os.walk(root):
-        if workdir_lib.is_workdir(files.Path(directory)):
-            return files.Path(directory)
+        if workdir_lib.is_workdir(files.as_path(directory)):
+            return files.as_path(directory)
         subdirectories[:] = [d for d in subdirectories if not d.startswith(".")]
     return None
 
@@ -106,7 +106,7 @@ def staging(out: files.Path) -> Iterator[pathlib.Path]:
         parent = pathlib.Path(files.absolute(out)).parent
         parent.mkdir(parents=True, exist_ok=True)
         remove_orphans(parent, out.name)
-        directory = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.",
+        directory = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.{files.writer_tag()}.",
                                                   suffix=STAGING_SUFFIX, dir=parent))
     try:
         yield directory
@@ -116,10 +116,9 @@ def staging(out: files.Path) -> Iterator[pathlib.Path]:
 
 def remove_orphans(parent: pathlib.Path, name: str) -> None:
     """Remove staging directories of `name` left by exports that were killed: their names
-    carry the exporting process's id."""
+    carry the exporting process (files.writer_tag)."""
     for orphan in parent.glob(f".{files.glob_escape(name)}.*{STAGING_SUFFIX}"):
-        pid = orphan.name[len(name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not files.pid_running(int(pid)):
+        if files.orphaned(orphan.name[len(name) + 2:].split(".", 1)[0]):
             shutil.rmtree(orphan, ignore_errors=True)
 
 

@@ -30,6 +30,7 @@ import h5py
 import numpy as np
 
 from bertjax.models.elmo import ElmoConfig
+from bertjax.typing import PyTree
 
 # Our gate g is TF's gate TF_TO_OURS[g]: (i, f, j, o) from (i, j, f, o).
 TF_TO_OURS = (0, 2, 1, 3)
@@ -208,7 +209,7 @@ def save_bilm_hdf5(config: ElmoConfig, params: dict[str, Any], options_path: str
             f["softmax/b"] = params["softmax_bias"]
 
 
-def _to_numpy(tree: Any) -> Any:
+def _to_numpy(tree: PyTree) -> PyTree:
     if isinstance(tree, dict):
         return {k: _to_numpy(v) for k, v in tree.items()}
     return np.asarray(getattr(tree, "value", tree), np.float32)

@@ -42,9 +42,12 @@ from safetensors.numpy import save_file
 
 from bertjax import files
 from bertjax.convert import destination, elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
-from bertjax.finetune.task_record import TASK_RECORD, read_task_record
+from bertjax.models.bert import BertConfig
+from bertjax.models.sizes import FamilyConfig
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import resolve, restore_saved_params
+from bertjax.training.workdir import TASK_RECORD, read_task_record
+from bertjax.typing import Params
 
 FORMATS = ("hf", "bilm")
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -64,17 +67,21 @@ class Trained:
     which: str  # "best" or "step N"
     record: dict[str, Any]  # model.json
     task: dict[str, Any] | None  # task.json of a fine-tuning run
-    config: Any
-    params: dict[str, Any]
+    config: FamilyConfig
+    params: Params
 
     @property
     def objective(self) -> str:
         return self.record.get("objective", "")
 
     @property
+    def role(self) -> workdir_lib.Role:
+        """What the run trained, as its record says (training/workdir.py)."""
+        return workdir_lib.role(self.record["family"], self.objective)
+
+    @property
     def fine_tuned(self) -> bool:
-        return self.objective not in ("bert_pretraining", "bert_ltr_pretraining",
-                                      "gpt_pretraining", "elmo_pretraining")
+        return self.role.kind not in ("pretraining", "ltr_pretraining")
 
     def tokenizer(self) -> dict[str, Any]:
         """The tokenizer record (files relative to the workdir) of the run."""
@@ -135,25 +142,26 @@ def _cast(tensors: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
 
 
 def _bert_kind(trained: Trained, encoder_only: bool) -> str | None:
-    """The head kind to export (hf_bert.HEAD_CLASSES), "pretraining", or None: encoder."""
-    objective = trained.objective
-    if objective == "bert_ltr_pretraining":
+    """The head to export (a recorded head name, hf_bert.HEAD_CLASSES), "pretraining", or
+    None: the encoder alone."""
+    role = trained.role
+    if role.kind == "ltr_pretraining":
         raise ExportError(f"{trained.workdir} holds a left-to-right BERT (bert_ltr_pretraining): "
                           "transformers' BERT attends both ways, so it has no counterpart")
     if encoder_only:
         return None
-    if objective == "bert_pretraining":
+    if role.kind == "pretraining":
         return "pretraining"
-    kind = objective.removeprefix("bert_")
-    if objective.startswith("bert_features_") or "bilstm" in trained.params:
+    if role.kind == "features" or "bilstm" in trained.params:
         what = ("BERT's feature-based tagger (a BiLSTM on frozen layers)"
-                if objective.startswith("bert_features_") else f"a {kind} head behind a BiLSTM")
+                if role.kind == "features" else f"a {role.name} head behind a BiLSTM")
         raise ExportError(f"{trained.workdir} holds {what}, which has no transformers "
                           "counterpart: export its BERT encoder alone with --encoder_only")
-    if kind not in hf_bert.HEAD_CLASSES:
-        raise ExportError(f"{trained.workdir}: objective {objective!r} has no transformers "
-                          "counterpart: export its BERT encoder alone with --encoder_only")
-    return kind
+    if role.name not in hf_bert.HEAD_CLASSES:
+        raise ExportError(f"{trained.workdir}: objective {trained.objective!r} has no "
+                          "transformers counterpart: export its BERT encoder alone with "
+                          "--encoder_only")
+    return role.name
 
 
 def _bert_label_config(trained: Trained, kind: str) -> dict[str, Any]:
@@ -327,8 +335,11 @@ def _write(trained: Trained, staging: pathlib.Path, format: str, family: str, dt
     """Write the export's files into `staging`; (the model it holds, the file names)."""
     if format == "bilm":
         return "bilm-tf biLM", _write_bilm(trained, staging, encoder_only)
-    build = _bert_files if family == "bert" else _gpt_files
-    model, tensors, config_json, write_tokenizer = build(trained, encoder_only)
+    builders = {"bert": _bert_files, "gpt": _gpt_files}  # transformers' layout, by family
+    if family not in builders:
+        raise ExportError(f"{trained.workdir} holds a {family} model, which has no "
+                          "transformers layout: export it with --format=bilm or not at all")
+    model, tensors, config_json, write_tokenizer = builders[family](trained, encoder_only)
     config_json["dtype"] = dtype
     save_file(_cast(tensors, dtype), staging / "model.safetensors", metadata={"format": "pt"})
     (staging / "config.json").write_text(json.dumps(config_json, indent=2) + "\n",
@@ -336,7 +347,7 @@ def _write(trained: Trained, staging: pathlib.Path, format: str, family: str, dt
     return model, ["config.json", "model.safetensors", *write_tokenizer(staging)]
 
 
-def export_bert(config: Any, params: dict[str, Any], out: str | os.PathLike,
+def export_bert(config: BertConfig, params: Params, out: str | os.PathLike,
                 vocab_file: str | os.PathLike, lower_case: bool, dtype: str = "float32"
                 ) -> list[str]:
     """Write plain BertModel (or BertForPreTraining, with its heads) `params` of `config` and

@@ -41,9 +41,9 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from bertjax.models.bert import BertConfig, BertForPreTraining, BertModel
+from bertjax.typing import Params
 
 PathLike = str | os.PathLike
-Params = Any  # a nested dict of arrays, possibly boxed (nn.LogicallyPartitioned)
 
 # How a torch tensor becomes a bertjax parameter.
 COPY, LINEAR, QKV_KERNEL, QKV_BIAS, OUT_KERNEL = "copy", "linear", "qkv", "qkv_bias", "out"
@@ -310,11 +310,11 @@ def _check_dims(checkpoint: dict[str, int], model: dict[str, int]) -> None:
 # ----------------------------------------------------------------------------- trees
 
 
-def _is_box(x: Any) -> bool:
+def _is_box(x: object) -> bool:
     return isinstance(x, nn.meta.AxisMetadata)
 
 
-def _flatten(params: Params) -> tuple[list[tuple[str, Any]], Any]:
+def _flatten(params: Params) -> tuple[list[tuple[str, Any]], jax.tree_util.PyTreeDef]:
     """[(path 'a/b/c', leaf)] with boxes kept as leaves, and the treedef."""
     leaves, treedef = jax.tree_util.tree_flatten_with_path(params, is_leaf=_is_box)
     named = [("/".join(str(getattr(k, "key", k)) for k in keys), leaf) for keys, leaf in leaves]

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from bertjax.convert.hf_bert import load_hf_state_dict
 from bertjax.models.gpt import GptConfig
@@ -197,7 +198,7 @@ def bertjax_to_hf(params: Mapping[str, Any], config: GptConfig, lm_head: bool = 
     stack = params["transformer"]
     out: dict[str, np.ndarray] = {}
 
-    def put(name: str, value: Any) -> None:
+    def put(name: str, value: npt.ArrayLike) -> None:
         out[name] = np.array(value, order="C")  # owned and contiguous, as safetensors wants
 
     for i in range(tcfg.num_layers):

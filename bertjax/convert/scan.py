@@ -6,15 +6,17 @@ under `layers/block` (layers/transformer.py); checkpoint formats that name each 
 as an unscanned stack names them: `layer_0`, `layer_1`, ...
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
+from bertjax.typing import Params, PyTree
+
 SCANNED, BLOCK = "layers", "block"
 
 
-def is_scanned(tree: Any) -> bool:
+def is_scanned(tree: PyTree) -> bool:
     """True when some stack in `tree` holds its layers stacked (`layers/block`)."""
     if not isinstance(tree, Mapping):
         return False
@@ -23,7 +25,7 @@ def is_scanned(tree: Any) -> bool:
     return any(is_scanned(value) for value in tree.values())
 
 
-def unstack_layers(tree: Any) -> Any:
+def unstack_layers(tree: Params) -> Params:
     """`tree` with every `layers/block` (leading axis L) replaced by `layer_0` ... `layer_{L-1}`
     (numpy arrays, in the order of the layer axis)."""
     if not isinstance(tree, Mapping):
@@ -40,7 +42,7 @@ def unstack_layers(tree: Any) -> Any:
     return out
 
 
-def stack_layers(tree: Any, like: Any) -> Any:
+def stack_layers(tree: Params, like: Params) -> Params:
     """The inverse of `unstack_layers`: `tree`'s `layer_i` entries stacked into `layers/block`
     wherever `like` (the scanned tree, or its shapes) has one."""
     if not isinstance(like, Mapping):
@@ -57,18 +59,18 @@ def stack_layers(tree: Any, like: Any) -> Any:
     return out
 
 
-def _layer_count(block: Any) -> int:
+def _layer_count(block: Params) -> int:
     leaf = block
     while isinstance(leaf, Mapping):
         leaf = next(iter(leaf.values()))
     return int(np.shape(leaf)[0])
 
 
-def _map(fn: Any, tree: Any) -> Any:
+def _map(fn: Callable[..., np.ndarray], tree: PyTree) -> PyTree:
     return {k: _map(fn, v) for k, v in tree.items()} if isinstance(tree, Mapping) else fn(tree)
 
 
-def _map_many(fn: Any, trees: list) -> Any:
+def _map_many(fn: Callable[..., np.ndarray], trees: list) -> PyTree:
     first = trees[0]
     if isinstance(first, Mapping):
         return {k: _map_many(fn, [t[k] for t in trees]) for k in first}

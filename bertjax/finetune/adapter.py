@@ -1,8 +1,14 @@
 """A family's part of fine-tuning: the `Adapter` contract.
 
 A task type (bertjax.finetune.task) says what is read, predicted and measured; an adapter says
-how one family does it, for the task inputs and outputs it supports:
+how one family does it, for the task inputs and outputs it supports. It is built once per run
+from the recipe, the pretrained model, the task type, the head's width and the training
+examples, and never changes after:
 
+    __init__        takes from the training examples what its inputs and head depend on (a
+                    pair task's transformation, the number of endings, ELMo's task
+                    vocabulary) and builds `objective`; checks shared by every family (the
+                    recipe's length against the model's positions) are the base class's
     encode_inputs   examples -> the model's input arrays, and the layout decoding needs
                     (where each word sits, QA windows); `encode` adds the task's targets
     objective       the model with the head for the task's output, and its loss, for the loop
@@ -24,10 +30,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import jax
 import numpy as np
 
 from bertjax.finetune import truncation
+from bertjax.finetune.examples import Example
+from bertjax.finetune.outputs import Layout
 from bertjax.finetune.task import TASKS, Task
+from bertjax.typing import Params
 
 if TYPE_CHECKING:
     from bertjax.finetune.length_buckets import LengthBuckets
@@ -48,7 +58,7 @@ class Encoded:
     one row per example (per QA window), and what decoding needs of the encoding."""
 
     arrays: Arrays
-    layout: Any = None  # words: each word's token position (-1: cut off); QA: the windows
+    layout: Layout = None
 
 
 class Adapter:
@@ -63,8 +73,14 @@ class Adapter:
     buckets: LengthBuckets | None = None
     packing: int = 0
 
-    def __init__(self, recipe: Recipe, model: Pretrained, task: Task, num_outputs: int):
+    objective: Objective  # built by each adapter's __init__
+
+    def __init__(self, recipe: Recipe, model: Pretrained, task: Task, num_outputs: int,
+                 examples: Sequence[Example]):
         self.recipe, self.model, self.task, self.num_outputs = recipe, model, task, num_outputs
+        positions = getattr(model.config, "max_position_embeddings", None)
+        if positions is not None:
+            check_length(recipe, positions)
 
     @classmethod
     def packs(cls, task: Task, recipe: Recipe) -> bool:
@@ -75,7 +91,7 @@ class Adapter:
     def supports(cls, task: Task) -> bool:
         return task.inputs in cls.inputs and task.output.name in cls.outputs
 
-    def encode(self, examples: Sequence[Any], targets: list | None = None) -> Encoded:
+    def encode(self, examples: Sequence[Example], targets: list | None = None) -> Encoded:
         """The examples as arrays; with `targets` (Task.targets), the target arrays too, and
         one warning counting the training rows cut to max_seq_length (truncation.py)."""
         with truncation.counting() as cut:
@@ -86,17 +102,14 @@ class Adapter:
                                                            self.recipe.max_seq_length)}
         return Encoded(arrays, layout)
 
-    def encode_inputs(self, examples: Sequence[Any], targets: list | None) -> tuple[Arrays, Any]:
+    def encode_inputs(self, examples: Sequence[Example], targets: list | None
+                      ) -> tuple[Arrays, Layout]:
         """(input arrays, layout) of the examples for the task's inputs; `targets` are given
         for training examples (an encoding that labels as it cuts, such as QA windows,
         uses them)."""
         raise NotImplementedError
 
-    def objective(self, train: Arrays) -> Objective:
-        """The objective the loop trains, for the encoded training arrays."""
-        raise NotImplementedError
-
-    def predict(self, params: Any, inputs: Arrays) -> Any:
+    def predict(self, params: Params, inputs: Arrays) -> jax.Array:
         """The head's outputs for a batch of inputs, deterministically (jittable)."""
         raise NotImplementedError
 
@@ -104,13 +117,13 @@ class Adapter:
         """The token length of the encoded training rows (the loop's sequence length)."""
         return train["input_ids"].shape[-1]
 
-    def initial_params(self, params: Any) -> Any:
+    def initial_params(self, params: Params) -> Params:
         """A fresh run's parameters with the pretrained model's in place. The loop passes
         abstract parameters (ShapeDtypeStructs with their shardings) and draws the leaves
         returned still abstract (Trainer.init_from), so only the head is initialised."""
         raise NotImplementedError
 
-    def report(self, params: Any) -> dict[str, Any]:
+    def report(self, params: Params) -> dict[str, Any]:
         """Extras for eval_results.json after an evaluation."""
         return {}
 
@@ -132,8 +145,9 @@ def check_supported(adapter_class: type[Adapter], task: Task, recipe: Recipe) ->
         raise SetupError(f"finetune.task={task.name!r}: {adapter_class.family.upper()} "
                          f"({adapter_class.approach}) serves {', '.join(served)}: choose one "
                          "of those or another recipe")
-    if recipe.packed_sequences and not adapter_class.packs(task, recipe):
-        raise SetupError(f"finetune.packed_sequences={recipe.packed_sequences}: "
+    packing = getattr(recipe, "packed_sequences", 0)  # a BERT setting
+    if packing and not adapter_class.packs(task, recipe):
+        raise SetupError(f"finetune.packed_sequences={packing}: "
                          f"{adapter_class.family.upper()} ({adapter_class.approach}) packs no "
                          f"rows for finetune.task={task.name!r}: set "
                          "finetune.packed_sequences = 0")

@@ -23,30 +23,20 @@ from bertjax.finetune.length_buckets import LengthBuckets, group_by_length, row_
 GROUP_BATCHES = 50  # rows are sorted by length within runs of this many global batches
 
 
-class ArraySource:
-    """Batches of rows of `arrays` ({feature: [n, ...]}), shuffled anew every epoch."""
+class InMemorySource:
+    """What every source of in-memory fine-tuning rows shares: the arrays ({feature: [n, ...]}),
+    the seed, and what the workdir record keeps of the data (`name`; `save_files(workdir)`
+    writes the files the run's record names, fine-tuning's task.json and tokenizer, and
+    returns the record's tokenizer part)."""
 
     setting = "the fine-tuning data"
     corpus_name: str | None = None  # set by `name`
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], seed: int = 0, shuffle: bool = True,
-                 tokenizer: dict | None = None, buckets: LengthBuckets | None = None,
-                 name: str | None = None, save_files: Callable[[Any], dict] | None = None):
-        """`name`: what model.json records of the data (a resume that finds it changed says
-        so); `save_files(workdir)`: writes the files the run's record names (fine-tuning's
-        task.json and tokenizer) and returns the record's tokenizer part."""
-        self.corpus_name = name
-        self._save_files = save_files
-        sizes = {len(v) for v in arrays.values()}
-        if len(sizes) != 1 or 0 in sizes:
-            raise ValueError(f"fine-tuning arrays must all hold the same number (> 0) of "
-                             f"examples, not {sorted(sizes)}")
+    def __init__(self, arrays: Mapping[str, np.ndarray], seed: int, tokenizer: dict | None,
+                 name: str | None, save_files: Callable[[Any], dict] | None):
+        self.corpus_name, self._save_files = name, save_files
         self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
-        self.num_examples = sizes.pop()
-        self.seed, self.shuffle, self.tokenizer = seed, shuffle, dict(tokenizer or {})
-        self.buckets = buckets
-        self.lengths = row_lengths(self.arrays["input_mask"]) if buckets else None
-        self._orders: dict[tuple[int, int], np.ndarray] = {}
+        self.seed, self.tokenizer = seed, dict(tokenizer or {})
 
     @property
     def vocab_size(self) -> int:
@@ -63,6 +53,26 @@ class ArraySource:
         if self._save_files is not None and workdir is not None:
             return self._save_files(workdir)
         return self.tokenizer
+
+
+class ArraySource(InMemorySource):
+    """Batches of rows of `arrays` ({feature: [n, ...]}), shuffled anew every epoch."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], seed: int = 0, shuffle: bool = True,
+                 tokenizer: dict | None = None, buckets: LengthBuckets | None = None,
+                 name: str | None = None, save_files: Callable[[Any], dict] | None = None):
+        """`name` and `save_files`: as for InMemorySource; `buckets`: batches of rows of
+        similar length, cut to their bucket (the module docstring)."""
+        sizes = {len(v) for v in arrays.values()}
+        if len(sizes) != 1 or 0 in sizes:
+            raise ValueError(f"fine-tuning arrays must all hold the same number (> 0) of "
+                             f"examples, not {sorted(sizes)}")
+        super().__init__(arrays, seed, tokenizer, name, save_files)
+        self.num_examples = sizes.pop()
+        self.shuffle = shuffle
+        self.buckets = buckets
+        self.lengths = row_lengths(self.arrays["input_mask"]) if buckets else None
+        self._orders: dict[tuple[int, int], np.ndarray] = {}
 
     def feature_spec(self, seq_length: int, batch_size: int) -> dict[str, tuple]:
         del seq_length, batch_size  # the arrays have their own shapes

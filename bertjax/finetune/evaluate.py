@@ -2,7 +2,7 @@
 the task type's metrics (bertjax.metrics), one prediction row per dev example."""
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -12,11 +12,14 @@ from bertjax.finetune.examples import Example
 from bertjax.finetune.length_buckets import LengthBuckets, row_lengths
 from bertjax.finetune.setup import TaskSetup
 from bertjax.training.evaluation import EvalResult, Evaluator, jit_inference
+from bertjax.training.state import TrainState
+from bertjax.typing import Params
 
 Arrays = dict[str, np.ndarray]
+Predict = Callable[[Params, Arrays], jax.Array]  # (params, inputs) -> the head's outputs
 
 
-def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int,
+def predict_batched(predict: Predict, params: Params, inputs: Arrays, batch_size: int,
                     buckets: LengthBuckets | None = None, token_outputs: bool = False
                     ) -> np.ndarray:
     """`predict` over all rows of `inputs`, `batch_size` at a time (the last batch padded, so
@@ -49,14 +52,14 @@ def predict_batched(predict: Any, params: Any, inputs: Arrays, batch_size: int,
     return restored
 
 
-def predict_arrays(setup: TaskSetup, params: Any, inputs: Arrays, batch_size: int,
-                   predict: Any = None) -> np.ndarray:
+def predict_arrays(setup: TaskSetup, params: Params, inputs: Arrays, batch_size: int,
+                   predict: Predict | None = None) -> np.ndarray:
     """The head's outputs for encoded inputs, batched as the run's evaluation batches them."""
     return predict_batched(predict or jit_inference(setup.predict), params, inputs, batch_size,
                            setup.buckets, setup.token_outputs)
 
 
-def scored_predictions(setup: TaskSetup, params: Any, examples: Sequence[Example],
+def scored_predictions(setup: TaskSetup, params: Params, examples: Sequence[Example],
                        batch_size: int) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """The task's metrics of `params` on labelled examples (the run's dev set or another,
     e.g. MNLI's mismatched one), encoded and decoded as the dev set is, and the prediction
@@ -73,7 +76,7 @@ def make_evaluator(setup: TaskSetup, every: int, batch_size: int) -> Evaluator:
     """An Evaluator for the training loop; its main metric is the task type's."""
     predict = jit_inference(setup.predict)
 
-    def evaluate(state: Any) -> EvalResult:
+    def evaluate(state: TrainState) -> EvalResult:
         outputs = predict_arrays(setup, state.params, setup.eval, batch_size, predict)
         predictions, extra = setup.decode(outputs)
         files = extra.pop("files", {})  # the task's official output files

@@ -53,8 +53,9 @@ from bertjax.finetune.evaluate import scored_predictions
 from bertjax.finetune.examples import Example, Examples, TaskDataError, TextExample
 from bertjax.finetune.pretrained import Pretrained
 from bertjax.finetune.recipe import Recipe
-from bertjax.finetune.runner import run
+from bertjax.finetune.runner import RunOutcome, run
 from bertjax.finetune.tasks import get_task
+from bertjax.typing import Params
 
 BERT_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)  # section 4.1, chosen on dev
 RESULTS_JSON, RESULTS_TABLE = "glue_results.json", "glue_results.md"
@@ -274,8 +275,8 @@ def _mean_or_worst(values: list[float]) -> float:
     return -math.inf if math.isnan(mean) else mean
 
 
-def score_dev(outcome: Any, params: Any, dev: Sequence[Example], batch: int, where: pathlib.Path,
-              column: str) -> dict[str, float]:
+def score_dev(outcome: RunOutcome, params: Params, dev: Sequence[Example], batch: int,
+              where: pathlib.Path, column: str) -> dict[str, float]:
     """The run's metrics on one dev set, with its predictions written beside the run
     (WHERE/dev_predictions_COLUMN.jsonl: id, prediction, gold), so the table can be checked."""
     metrics, rows = scored_predictions(outcome.setup, params, dev, batch)

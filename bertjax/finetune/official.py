@@ -25,15 +25,13 @@ import os
 import pathlib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from bertjax.files import write_text
 from bertjax.finetune.evaluate import predict_arrays
 from bertjax.finetune.examples import Example
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import TaskSetup
-from bertjax.finetune.task import TASKS
-from bertjax.finetune.tasks import get_task
+from bertjax.finetune.task import TASKS, Task
 from bertjax.finetune.tasks.extractive_qa import (  # noqa: F401 (this module's SQuAD part)
     SQUAD_NULL_ODDS,
     SQUAD_PREDICTIONS,
@@ -80,12 +78,12 @@ def submission_name(spec: str) -> str:
     return task
 
 
-def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[Example]]:
-    """{submission name: examples} of the files to predict, read before training starts, so
-    a bad file fails in one line before anything runs."""
+def read_unlabelled(specs: Sequence[str], recipe: Recipe, task: Task
+                    ) -> dict[str, list[Example]]:
+    """{submission name: examples} of the files to predict (of the recipe's `task`), read
+    before training starts, so a bad file fails in one line before anything runs."""
     if not specs:
         return {}
-    task = get_task(recipe.task)
     if not task.submissions:
         kinds = ", ".join(name for name, t in TASKS.items() if t.submissions)
         raise ValueError(f"--predict writes GLUE submissions of {kinds}; this recipe's task "
@@ -101,14 +99,13 @@ def read_unlabelled(specs: Sequence[str], recipe: Recipe) -> dict[str, list[Exam
     return named
 
 
-def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, labels: Sequence[str] | None
-                       ) -> None:
+def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, task: Task,
+                       labels: Sequence[str] | None) -> None:
     """One warning per --predict file whose label column (when it has one) holds labels the
     model was never trained on: likely another task's file (AG News through an SST-2 model),
     whose submission would be written without a word."""
     if not specs or not labels:
         return
-    task = get_task(recipe.task)
     for spec in specs:
         try:
             examples = task.read(spec, text_columns=recipe.text_columns,
@@ -125,7 +122,7 @@ def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, labels: Sequence[st
                             ", ".join(map(str, labels)))
 
 
-def glue_label(name: str, prediction: Any) -> str:
+def glue_label(name: str, prediction: str | float) -> str:
     """One prediction as the GLUE server expects it in NAME.tsv."""
     if isinstance(prediction, float):
         return f"{prediction:.3f}"
@@ -134,7 +131,7 @@ def glue_label(name: str, prediction: Any) -> str:
     return str(prediction)
 
 
-def submission_tsv(name: str, ids: Sequence[str], predictions: Sequence[Any]) -> str:
+def submission_tsv(name: str, ids: Sequence[str], predictions: Sequence[str | float]) -> str:
     """The text of NAME.tsv: a header, then `index<TAB>prediction` per example."""
     rows = [f"{index}\t{glue_label(name, p)}" for index, p in zip(ids, predictions, strict=True)]
     return "\n".join(["index\tprediction", *rows]) + "\n"

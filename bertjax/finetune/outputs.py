@@ -25,9 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bertjax.finetune.qa import QaWindow
+
 Array = jax.Array
 Arrays = dict[str, np.ndarray]
 Batch = dict[str, Array]
+# What decoding needs of an encoding besides its arrays: per example, each word's token
+# position (-1: cut off) for word outputs; the windows for extractive QA; else None.
+Layout = list[list[int]] | list[QaWindow] | None
 
 
 def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
@@ -111,11 +116,11 @@ def word_targets(tag_ids: Sequence[Sequence[int]], positions: Sequence[Sequence[
     return {"labels": labels, "label_weights": weights}
 
 
-def _labels(dtype: type) -> Callable[[Sequence[Any], Any, int], Arrays]:
+def _labels(dtype: type) -> Callable[[Sequence[Any], Layout, int], Arrays]:
     return lambda values, layout, length: label_targets(values, dtype)
 
 
-def _encoded_spans(values: Sequence[Any], layout: Any, length: int) -> Arrays:
+def _encoded_spans(values: Sequence[Any], layout: Layout, length: int) -> Arrays:
     del values, layout, length
     return {}  # the family's encoder labels each QA window from the answers' characters
 
@@ -123,31 +128,41 @@ def _encoded_spans(values: Sequence[Any], layout: Any, length: int) -> Arrays:
 @dataclasses.dataclass(frozen=True)
 class Output:
     """One kind of prediction: its loss, the training metric shown beside the loss, the
-    target arrays of a batch, and whether predictions have a token axis (axis 1)."""
+    target arrays of a batch, and whether predictions have a token axis (axis 1). `head` is
+    the name a run record gives the head that makes it (training/workdir.py, HEADS: part of
+    model.json's documented format)."""
 
     name: str
+    head: str
     loss: Callable[[Array, Batch], tuple[Array, dict[str, Array]]]
     metric: str
     example_targets: Callable[[int, int], Arrays]  # (batch size, length) -> zero targets
-    make_targets: Callable[[Sequence[Any], Any, int], Arrays]  # (values, layout, length)
+    make_targets: Callable[[Sequence[Any], Layout, int], Arrays]  # (values, layout, length)
     token_axis: bool = False
 
     @property
     def target_features(self) -> tuple[str, ...]:
         return tuple(self.example_targets(1, 1))
 
-    def targets(self, values: Sequence[Any], layout: Any, length: int) -> Arrays:
+    def targets(self, values: Sequence[Any], layout: Layout, length: int) -> Arrays:
         """The target arrays of the values a task's `targets` gave, for an encoding whose
         layout is `layout` (word positions for WORD_CLASSES) and token length `length`."""
         return self.make_targets(values, layout, length)
 
 
-CLASSES = Output("classes", classes_loss, "accuracy", _example_labels(np.int32),
+CLASSES = Output("classes", "classify", classes_loss, "accuracy", _example_labels(np.int32),
                  _labels(np.int32))
-SCORE = Output("score", score_loss, "mse", _example_labels(np.float32), _labels(np.float32))
-CHOICE = Output("choice", classes_loss, "accuracy", _example_labels(np.int32),
+SCORE = Output("score", "regress", score_loss, "mse", _example_labels(np.float32),
+               _labels(np.float32))
+CHOICE = Output("choice", "choice", classes_loss, "accuracy", _example_labels(np.int32),
                 _labels(np.int32))
-WORD_CLASSES = Output("word_classes", word_classes_loss, "accuracy", _example_word_labels,
-                      word_targets, token_axis=True)
-SPANS = Output("spans", span_loss, "start_accuracy", _example_spans, _encoded_spans,
+WORD_CLASSES = Output("word_classes", "tag", word_classes_loss, "accuracy",
+                      _example_word_labels, word_targets, token_axis=True)
+SPANS = Output("spans", "span", span_loss, "start_accuracy", _example_spans, _encoded_spans,
                token_axis=True)
+OUTPUTS = (CLASSES, SCORE, CHOICE, WORD_CLASSES, SPANS)  # one per recorded head name (HEADS)
+
+
+def output_of_head(head: str) -> Output:
+    """The output a recorded head name stands for (one of HEADS)."""
+    return next(output for output in OUTPUTS if output.head == head)

@@ -23,25 +23,21 @@ import jax
 import numpy as np
 
 from bertjax.data.packing import pack_lengths, pack_tokens, slot_values
+from bertjax.finetune.arrays import InMemorySource
 
 INPUT_TOKENS = ("input_ids", "segment_ids")  # token features besides the input mask
 
 
-class PackedArraySource:
+class PackedArraySource(InMemorySource):
     """Packed batches of the rows of `arrays` ({feature: [n, ...]}: input_ids, segment_ids,
     input_mask [n, L] and per-example targets [n]), packed anew every epoch."""
-
-    setting = "the fine-tuning data"
-    corpus_name: str | None = None  # set by `name`
 
     def __init__(self, arrays: Mapping[str, np.ndarray], packed_sequences: int, seed: int = 0,
                  tokenizer: dict | None = None, name: str | None = None,
                  save_files: Callable[[Any], dict] | None = None):
-        """`name` and `save_files`: what the workdir record keeps of the data, and the files
-        it names (as for ArraySource)."""
-        self.corpus_name, self._save_files = name, save_files
-        self.arrays = {k: np.asarray(v) for k, v in arrays.items()}
-        self.K, self.seed, self.tokenizer = packed_sequences, seed, dict(tokenizer or {})
+        """`name` and `save_files`: as for InMemorySource."""
+        super().__init__(arrays, seed, tokenizer, name, save_files)
+        self.K = packed_sequences
         mask = self.arrays["input_mask"]
         self.num_examples, self.length = mask.shape
         self.lengths = mask.astype(bool).sum(1)
@@ -52,21 +48,6 @@ class PackedArraySource:
                              "finetune.packed_sequences = 0 for this task")
         self._epochs: dict[int, np.ndarray] = {}
         self._starts = [0]  # global row of the first row of epochs 0, 1, ...
-
-    @property
-    def vocab_size(self) -> int:
-        """Ids the examples use: one more than the largest input id."""
-        return int(self.arrays["input_ids"].max()) + 1 if self.arrays["input_ids"].size else 0
-
-    def prepare(self, workdir: object = None) -> None:
-        """Nothing to read: the examples are in memory."""
-
-    def save(self, workdir: object = None) -> dict:
-        """The tokenizer description the workdir record keeps, its files written by
-        `save_files` when given (the loop calls this before the first step)."""
-        if self._save_files is not None and workdir is not None:
-            return self._save_files(workdir)
-        return self.tokenizer
 
     def feature_spec(self, seq_length: int, batch_size: int) -> dict[str, tuple]:
         del seq_length, batch_size

@@ -22,13 +22,17 @@ from bertjax import files
 from bertjax.convert import elmo_hdf5, google_bert, hf_bert, hf_gpt
 from bertjax.models import elmo as elmo_model
 from bertjax.models import gpt as gpt_model
-from bertjax.models.bert import BertModel
+from bertjax.models.bert import BertConfig, BertModel
+from bertjax.models.sizes import FamilyConfig
 from bertjax.tokenizers.bpe import ByteLevelBPE
 from bertjax.tokenizers.elmo_vocab import ElmoVocabulary
 from bertjax.tokenizers.openai_bpe import OpenAIGptBPE
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
+from bertjax.typing import Params
+
+Tokenizer = WordPieceVocabulary | ByteLevelBPE | OpenAIGptBPE | ElmoVocabulary
 
 TOOL = "bertjax-finetune"
 
@@ -42,38 +46,51 @@ class Pretrained:
     """A pretrained base model: family, config, parameters and tokenizer."""
 
     family: str
-    config: Any
-    params: Any  # BERT: the encoder ("bert" subtree); GPT: the LM; ELMo: the biLM
-    tokenizer: Any  # WordPieceVocabulary, ByteLevelBPE, or an ElmoVocabulary (or None)
+    config: FamilyConfig
+    params: Params  # BERT: the encoder ("bert" subtree); GPT: the LM; ELMo: the biLM
+    tokenizer: Tokenizer | None  # None: an ELMo char biLM read from bilm-tf's files
     source: str
     word_tokenizer: str = "whitespace"  # ELMo: how sentences are split into words
 
 
-def _bert_encoder_shapes(config: Any) -> Any:
+def _bert_encoder_shapes(config: BertConfig) -> Params:
     ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
     init = lambda: BertModel(config).init(jax.random.key(0), ids)  # noqa: E731
     return {"bert": nn.unbox(jax.eval_shape(init)["params"])}
 
 
-def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
-    found = workdir_lib.read_record(path)["family"]
-    _check_family(found, family, path)
-    if family == "bert":
-        trained = load_trained(path, "bert", TOOL, _bert_encoder_shapes)
-        vocab = WordPieceVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record,
-                                                               "vocab"),
-                                    lower_case=trained.record["tokenizer"].get("lower_case", True))
-        return Pretrained("bert", trained.config, trained.params["bert"], vocab, str(path))
-    if family == "gpt":
-        trained = load_trained(path, "gpt", TOOL, gpt_model.abstract_params, remat=False)
-        files = [workdir_lib.tokenizer_file(trained.workdir, trained.record, role)
-                 for role in ("vocab", "merges")]
-        return Pretrained("gpt", trained.config, trained.params, ByteLevelBPE.from_files(*files),
-                          str(path))
+def _bert_workdir(path: os.PathLike) -> Pretrained:
+    trained = load_trained(path, "bert", TOOL, _bert_encoder_shapes)
+    vocab = WordPieceVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record,
+                                                           "vocab"),
+                                lower_case=trained.record["tokenizer"].get("lower_case", True))
+    return Pretrained("bert", trained.config, trained.params["bert"], vocab, str(path))
+
+
+def _gpt_workdir(path: os.PathLike) -> Pretrained:
+    trained = load_trained(path, "gpt", TOOL, gpt_model.abstract_params, remat=False)
+    files = [workdir_lib.tokenizer_file(trained.workdir, trained.record, role)
+             for role in ("vocab", "merges")]
+    return Pretrained("gpt", trained.config, trained.params, ByteLevelBPE.from_files(*files),
+                      str(path))
+
+
+def _elmo_workdir(path: os.PathLike) -> Pretrained:
     trained = load_trained(path, "elmo", TOOL, elmo_model.abstract_params)
     vocab = ElmoVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record, "vocab"))
     words = trained.record["tokenizer"].get("word_tokenizer", "whitespace")
     return Pretrained("elmo", trained.config, trained.params, vocab, str(path), words)
+
+
+WORKDIR_LOADERS = {"bert": _bert_workdir, "gpt": _gpt_workdir, "elmo": _elmo_workdir}
+
+
+def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
+    """A bertjax workdir's model: its record names a family (one of workdir_lib.FAMILIES,
+    each with its loader here), which must be `family`."""
+    found = workdir_lib.read_record(path)["family"]
+    _check_family(found, family, path)
+    return WORKDIR_LOADERS[found](path)
 
 
 def _read_json(file: pathlib.Path) -> dict[str, Any]:
@@ -106,7 +123,7 @@ def _from_hugging_face(path: pathlib.Path, family: str) -> Pretrained:
         return Pretrained("bert", config, params, vocab, str(path))
     config, params = hf_gpt.load_hf_gpt(path)
     if model_type == "openai-gpt":  # GPT-1: character-level BPE with </w>, not byte-level
-        bpe: Any = OpenAIGptBPE.from_directory(path)
+        bpe: OpenAIGptBPE | ByteLevelBPE = OpenAIGptBPE.from_directory(path)
     else:
         bpe = ByteLevelBPE.from_files(path / "vocab.json", path / "merges.txt")
     if bpe.vocab_size > config.vocab_size:
@@ -140,7 +157,7 @@ def _from_bilm_files(options: pathlib.Path, weights: pathlib.Path, family: str) 
     return Pretrained("elmo", config, params, None, f"{options},{weights}")
 
 
-def _check_family(found: str, family: str, path: Any) -> None:
+def _check_family(found: str, family: str, path: str | os.PathLike) -> None:
     if found != family:
         raise InitError(f"--init={path} holds a {found.upper()} model but the recipe fine-tunes "
                         f"{family.upper()} (finetune.family): pass a {family.upper()} model or a "

@@ -30,12 +30,11 @@ from typing import Any
 from bertjax.training.optim import OPTIMIZERS
 
 _TRANSFORMER = dict(approach="fine_tune", batch_size=32, epochs=3.0, weight_decay=0.01,
-                    dropout=0.1, max_seq_length=128, lstm_size=768, lstm_layers=1,
-                    word_embed_dim=0)
+                    dropout=0.1, max_seq_length=128)
 # family: the settings a recipe of that family starts from (None in a Recipe field: this)
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "bert": dict(_TRANSFORMER, learning_rate=5e-5, warmup_fraction=0.1, adam_epsilon=1e-6,
-                 optimizer="bert_adam"),
+                 optimizer="bert_adam", lstm_size=768, lstm_layers=1),
     "gpt": dict(_TRANSFORMER, learning_rate=6.25e-5, warmup_fraction=0.002,
                 adam_epsilon=1e-8, optimizer="adamw"),
     "elmo": dict(approach="features", learning_rate=1e-3, batch_size=32, epochs=10.0,
@@ -58,9 +57,27 @@ def paper_defaults(family: str, task: str) -> dict[str, Any]:
     return {**PAPER_DEFAULTS[family], **TASK_DEFAULTS.get((family, task), {})}
 
 
+def _validate(recipe: "Recipe") -> None:
+    """The recipe's settings are ones its family can run; one line naming the setting."""
+    if recipe.optimizer not in OPTIMIZERS:
+        raise ValueError(f"finetune.optimizer is {recipe.optimizer!r}: choose one of "
+                         f"{', '.join(OPTIMIZERS)}")
+    positive = ("learning_rate", "batch_size", "epochs", "max_seq_length", "eval_every",
+                "length_buckets", "lstm_layers")
+    for name in positive:
+        if hasattr(recipe, name) and not getattr(recipe, name) > 0:
+            raise ValueError(f"finetune.{name} is {getattr(recipe, name)!r}: set it above 0")
+    if recipe.eval_batch_size is not None and recipe.eval_batch_size < 1:
+        raise ValueError(f"finetune.eval_batch_size is {recipe.eval_batch_size!r}: set it "
+                         "above 0, or None for batch_size")
+
+
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-    """Everything `bertjax-finetune` needs besides --init, --train, --eval and --workdir."""
+    """Everything `bertjax-finetune` needs besides --init, --train, --eval and --workdir: the
+    settings of every family. `Recipe(family, task, **settings)` builds the family's own
+    recipe (BertRecipe, GptRecipe, ElmoRecipe), which adds that family's settings; a setting
+    of another family is refused in one line."""
 
     family: str
     task: str
@@ -76,14 +93,6 @@ class Recipe:
     optimizer: str | None = None  # "adamw", "bert_adam" (google-research/bert's) or "lamb"
     dropout: float | None = None
     max_seq_length: int | None = None
-    # BERT fine-tuning: batches of rows of similar length, padded to at most this many lengths
-    # (multiples of max(32, max_seq_length / length_buckets)); 1 pads every batch to
-    # max_seq_length. Sets at most this many compiled shapes (see length_buckets.py).
-    length_buckets: int = 4
-    # BERT sentence and pair classification and regression: training rows packed with up to
-    # this many examples each (bertjax/finetune/packed.py); 0 trains one example per row.
-    # batch_size stays the examples a step trains on (on average).
-    packed_sequences: int = 0
     eval_every: int = 500  # steps; the run is also evaluated at its end
     eval_batch_size: int | None = None  # rows per prediction batch (None: batch_size)
     seed: int = 0
@@ -106,25 +115,85 @@ class Recipe:
     doc_stride: int = 128
     max_query_length: int = 64
     max_answer_length: int = 30
-    # GPT: the auxiliary LM loss weight lambda (L3 = L2 + lambda L1), and how a text pair
-    # becomes sequences: "entailment" (a $ b) or "similarity" (both orders, added)
-    lm_coef: float = 0.5
-    pair_transformation: str = "entailment"
-    # feature-based models: BERT's layer combination (Table 7), the BiLSTM width (and, for
-    # ELMo's task BiLSTM, its layers; BERT's feature-based tagger has Table 7's two)
+
+    def __new__(cls, *args: Any, **settings: Any) -> "Recipe":
+        if cls is not Recipe:  # a family's recipe (dataclasses.replace, pickling)
+            return super().__new__(cls)
+        family = args[0] if args else settings.get("family")
+        if family not in RECIPES:
+            raise ValueError(f"finetune.family is {family!r}: choose one of "
+                             f"{', '.join(RECIPES)}")
+        own = {f.name for f in dataclasses.fields(RECIPES[family])}
+        for name in settings:
+            if name not in own:
+                owners = [f for f, c in RECIPES.items()
+                          if name in {x.name for x in dataclasses.fields(c)}]
+                where = (f"a {' and '.join(o.upper() for o in owners)} setting" if owners
+                         else "no recipe's setting")
+                raise ValueError(f"finetune.{name} is {where}; this recipe fine-tunes "
+                                 f"{family.upper()}: drop it, or choose a recipe of that family")
+        return super().__new__(RECIPES[family])
+
+    def __post_init__(self) -> None:
+        for name, value in paper_defaults(self.family, self.task).items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        for name in ("text_columns", "labels"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        _validate(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class BertRecipe(Recipe):
+    """BERT's own settings (section 4; Table 5's BiLSTM; Table 7's features)."""
+
+    # batches of rows of similar length, padded to at most this many lengths (multiples of
+    # max(32, max_seq_length / length_buckets)); 1 pads every batch to max_seq_length. Sets at
+    # most this many compiled shapes (see length_buckets.py).
+    length_buckets: int = 4
+    # sentence and pair classification and regression: training rows packed with up to this
+    # many examples each (bertjax/finetune/packed.py); 0 trains one example per row.
+    # batch_size stays the examples a step trains on (on average).
+    packed_sequences: int = 0
+    # tagging: read each sentence with its document's neighbouring sentences around it
+    # (untagged), as the paper's CoNLL results do (section 5.3)
+    document_context: bool = False
+    # a BiLSTM (lstm_size per direction) between encoder and head: Table 5's "LTR & No NSP +
+    # BiLSTM"; the feature-based tagger's layer combination and BiLSTM (Table 7, two layers)
+    bilstm: bool = False
     features: str = "concat_last_four"
     lstm_size: int | None = None
     lstm_layers: int | None = None
-    # BERT tagging: read each sentence with its document's neighbouring sentences around it
-    # (untagged), as the paper's CoNLL results do (section 5.3)
-    document_context: bool = False
-    # BERT fine-tuning with a BiLSTM (lstm_size per direction) between encoder and head:
-    # Table 5's "LTR & No NSP + BiLSTM"
-    bilstm: bool = False
-    # ELMo: L2 weight on the mix's s, mix placement, dropout on ELMo vectors, top layer only,
-    # the width of the task's own word vectors x_k beside ELMo_k (0: ELMo alone), and how
-    # often training reads a word as the unknown word, so that row of x is trained (this
-    # project's value; every training word is in the task vocabulary)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.packed_sequences < 0 or self.packed_sequences == 1:
+            raise ValueError(f"finetune.packed_sequences is {self.packed_sequences!r}: set 0 (one "
+                             "example per row) or the most examples a row holds (2+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class GptRecipe(Recipe):
+    """GPT's own settings (section 3.2 and 3.3)."""
+
+    # the auxiliary LM loss weight lambda (L3 = L2 + lambda L1), and how a text pair becomes
+    # sequences: "entailment" (a $ b) or "similarity" (both orders, added)
+    lm_coef: float = 0.5
+    pair_transformation: str = "entailment"
+
+
+@dataclasses.dataclass(frozen=True)
+class ElmoRecipe(Recipe):
+    """ELMo's own settings: the task model around the frozen biLM (sections 3.3, 5.1, 5.2)."""
+
+    # the task BiLSTM's width per direction and layers
+    lstm_size: int | None = None
+    lstm_layers: int | None = None
+    # how often training reads a word as the unknown word, so that row of x is trained (this
+    # project's value; every training word is in the task vocabulary), the L2 weight on the
+    # mix's s, the mix placement, dropout on ELMo vectors, top layer only, and the width of
+    # the task's own word vectors x_k beside ELMo_k (0: ELMo alone)
     word_dropout: float = 0.05
     mix_l2: float = 0.001
     placement: str = "input"  # or "input_output"
@@ -133,31 +202,19 @@ class Recipe:
     word_embed_dim: int | None = None
 
     def __post_init__(self) -> None:
-        if self.family not in PAPER_DEFAULTS:
-            raise ValueError(f"finetune.family is {self.family!r}: choose one of "
-                             f"{', '.join(PAPER_DEFAULTS)}")
-        for name, value in paper_defaults(self.family, self.task).items():
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, value)
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"finetune.optimizer is {self.optimizer!r}: choose one of "
-                             f"{', '.join(OPTIMIZERS)}")
+        super().__post_init__()
         if self.placement not in ("input", "input_output"):
             raise ValueError(f"finetune.placement is {self.placement!r}: choose one of input, "
                              "input_output")
-        for name in ("learning_rate", "batch_size", "epochs", "max_seq_length", "eval_every",
-                     "length_buckets", "lstm_layers"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"finetune.{name} is {getattr(self, name)!r}: set it above 0")
-        if self.packed_sequences < 0 or self.packed_sequences == 1:
-            raise ValueError(f"finetune.packed_sequences is {self.packed_sequences!r}: set 0 (one "
-                             "example per row) or the most examples a row holds (2+)")
         if not 0 <= self.word_dropout < 1:
             raise ValueError(f"finetune.word_dropout is {self.word_dropout!r}: choose a "
                              "probability in [0, 1)")
-        if self.eval_batch_size is not None and self.eval_batch_size < 1:
-            raise ValueError(f"finetune.eval_batch_size is {self.eval_batch_size!r}: set it "
-                             "above 0, or None for batch_size")
-        for name in ("text_columns", "labels"):
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+
+RECIPES: dict[str, type[Recipe]] = {"bert": BertRecipe, "gpt": GptRecipe, "elmo": ElmoRecipe}
+
+
+def finetune(family: str, task: str, **settings: Any) -> Recipe:
+    """gin's `finetune`: the family's recipe for `task` with `settings` (bertjax-finetune's
+    recipes, configs/finetune/*.gin)."""
+    return Recipe(family, task, **settings)

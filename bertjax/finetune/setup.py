@@ -6,9 +6,14 @@ recipe names both, the registries (bertjax.finetune.tasks, bertjax.finetune.fami
 them, and a family that cannot serve the task type says so in one line.
 """
 
+from __future__ import annotations
+
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
 
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, check_supported
 from bertjax.finetune.arrays import ArraySource
@@ -20,6 +25,10 @@ from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.task import EvalData, Task, integer_labels
 from bertjax.finetune.tasks import get_task
 from bertjax.objectives.objective import Objective
+from bertjax.typing import Params
+
+if TYPE_CHECKING:  # the pretrained model's loaders import every converter
+    from bertjax.finetune.pretrained import Pretrained
 
 
 @dataclasses.dataclass
@@ -52,16 +61,16 @@ class TaskSetup:
         """Predictions have a token axis (axis 1) to pad back after length buckets."""
         return self.task.output.token_axis
 
-    def predict(self, params: Any, inputs: Arrays) -> Any:
+    def predict(self, params: Params, inputs: Arrays) -> jax.Array:
         """(params, inputs) -> the head's outputs (jittable)."""
         return self.adapter.predict(params, inputs)
 
-    def initial_params(self, params: Any) -> Any:
+    def initial_params(self, params: Params) -> Params:
         """A fresh run's params -> with the pretrained model, unless the recipe keeps the
         random initialisation (finetune.pretrained = False: the papers' no-pretraining rows)."""
         return self.adapter.initial_params(params) if self.adapter.recipe.pretrained else params
 
-    def decode(self, outputs: Any) -> tuple[list, dict]:
+    def decode(self, outputs: np.ndarray) -> tuple[list, dict]:
         """The evaluation examples' predictions and extras (see Task.decode)."""
         return self.task.decode(outputs, self.data)
 
@@ -74,7 +83,7 @@ class TaskSetup:
         return encoded.arrays, dataclasses.replace(self.data, examples=examples, golds=None,
                                                    layout=encoded.layout)
 
-    def report(self, params: Any) -> dict[str, Any]:
+    def report(self, params: Params) -> dict[str, Any]:
         return self.adapter.report(params)
 
     def source(self, seed: int, name: str | None = None,
@@ -90,23 +99,38 @@ class TaskSetup:
                            save_files=save_files)
 
 
-def setup_task(recipe: Recipe, model: Any, train: Sequence[Example], dev: Sequence[Example],
-               eval_spec: str) -> TaskSetup:
-    """The TaskSetup of `recipe` for `model` (a bertjax.finetune.pretrained.Pretrained) on the
-    training and evaluation examples."""
-    task = get_task(recipe.task)
-    adapter_class = get_adapter(recipe.family, recipe.approach)
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A recipe's task type and its family's adapter class, looked up and checked once."""
+
+    task: Task
+    adapter_class: type[Adapter]
+
+
+def resolve(recipe: Recipe) -> Resolved:
+    """The recipe's task type and adapter; one line when the family cannot serve the task."""
+    task, adapter_class = get_task(recipe.task), get_adapter(recipe.family, recipe.approach)
     check_supported(adapter_class, task, recipe)
+    return Resolved(task, adapter_class)
+
+
+def setup_task(recipe: Recipe, model: Pretrained, train: Sequence[Example],
+               dev: Sequence[Example], eval_spec: str, resolved: Resolved | None = None
+               ) -> TaskSetup:
+    """The TaskSetup of `recipe` for the pretrained `model` on the training and evaluation
+    examples; `resolved`: the recipe's task and adapter, when the caller has looked them up."""
+    resolved = resolved or resolve(recipe)
+    task, adapter_class = resolved.task, resolved.adapter_class
     order = recipe.labels if recipe.labels is not None else getattr(train, "label_order", None)
     labels = task.label_names(train, dev, eval_spec, order)
     numbered = order is not None or (labels is not None and integer_labels(labels))
-    adapter = adapter_class(recipe, model, task, task.num_outputs(labels))
+    adapter = adapter_class(recipe, model, task, task.num_outputs(labels), train)
     data = EvalData(list(dev), task.golds(dev), labels, None, recipe, numbered)
     main_metric = check_main_metric(task, data)
     train_arrays = adapter.encode(train, task.targets(train, labels)).arrays
     dev_encoded = adapter.encode(dev)
     data = dataclasses.replace(data, layout=dev_encoded.layout)
-    return TaskSetup(task, adapter, adapter.objective(train_arrays), train_arrays,
+    return TaskSetup(task, adapter, adapter.objective, train_arrays,
                      dev_encoded.arrays, data, main_metric)
 
 

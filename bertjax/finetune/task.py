@@ -22,15 +22,19 @@ never names a task type, only the inputs and outputs it supports.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from bertjax.finetune import readers
 from bertjax.finetune.examples import Example, Reading, TaggedSentence, TaskDataError, TextExample
-from bertjax.finetune.outputs import Output
+from bertjax.finetune.outputs import Layout, Output
 from bertjax.metrics import Metrics, compute
+
+if TYPE_CHECKING:
+    from bertjax.finetune.recipe import Recipe
 
 TEXTS, WORDS, CHOICES, QUESTIONS = "texts", "words", "choices", "questions"
 
@@ -44,8 +48,8 @@ class EvalData:
     examples: Sequence[Example]
     golds: list | None  # None for unlabelled examples (a test split)
     labels: list[str] | None
-    layout: Any
-    recipe: Any
+    layout: Layout
+    recipe: Recipe
     # label i is the data's class i (TFDS ids, finetune.labels, labels 0..k-1), not a
     # position in sorted names: what "class 1" of a binary task means (GLUE's F1)
     numbered: bool = False
@@ -65,7 +69,7 @@ class Task:
     metrics: ClassVar[Metrics]  # (key, function(gold, pred, ...)) pairs, the main one first
     submissions: ClassVar[bool] = False  # --predict writes GLUE submission files of it
 
-    def read(self, spec: Any, *, text_columns: Sequence[str] | None = None,
+    def read(self, spec: str | os.PathLike, *, text_columns: Sequence[str] | None = None,
              label_column: str | None = None, split_hint: str = "train") -> list[Example]:
         """Its examples from a file or "tfds:NAME[:SPLIT]" (bertjax.finetune.readers)."""
         return readers.read(spec, self.reading, text_columns=text_columns,

@@ -24,16 +24,16 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from bertjax.files import Path, as_path, is_remote, write_bytes, write_text
+from bertjax.training.workdir import TASK_RECORD, read_task_record
 
 if TYPE_CHECKING:  # reading a record (bertjax-export) needs neither TensorFlow nor the models
-    from bertjax.finetune.pretrained import Pretrained
+    from bertjax.finetune.pretrained import Pretrained, Tokenizer
     from bertjax.finetune.recipe import Recipe
 
-TASK_RECORD = "task.json"
 INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
 
 
-def _save_tokenizer(workdir: Path, tokenizer: Any) -> dict[str, Any] | None:
+def _save_tokenizer(workdir: Path, tokenizer: Tokenizer | None) -> dict[str, Any] | None:
     """Copy the tokenizer's files into `workdir`; the record's tokenizer part (None for a
     tokenizer that has no files, e.g. the character input of bilm-tf weights)."""
     from bertjax.tokenizers.bpe import ByteLevelBPE
@@ -56,7 +56,7 @@ def _save_tokenizer(workdir: Path, tokenizer: Any) -> dict[str, Any] | None:
     return None
 
 
-def _tokenizer_files(tokenizer: Any) -> tuple[dict[str, bytes], dict[str, Any]]:
+def _tokenizer_files(tokenizer: Tokenizer | None) -> tuple[dict[str, bytes], dict[str, Any]]:
     """({file name: bytes}, record) of the tokenizer as a run would copy it into its workdir
     (written to a temporary directory by the same code, whatever the tokenizer's kind)."""
     with tempfile.TemporaryDirectory() as directory:
@@ -116,14 +116,3 @@ def check_same_tokenizer(workdir: str | os.PathLike, model: Pretrained, init: st
                              f"checkpoint {step} of {workdir} was trained with {value!r}: {fix}")
 
 
-def read_task_record(workdir: str | os.PathLike) -> dict[str, Any] | None:
-    """The task record of `workdir`, or None when the workdir has none (not a fine-tuning
-    run, or one written before runs recorded their task)."""
-    path = as_path(workdir) / TASK_RECORD
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e}): rerun bertjax-finetune with the same "
-                         "flags to write it again") from None

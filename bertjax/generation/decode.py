@@ -16,14 +16,15 @@ token or `max_new_tokens` tokens; after its stop token a row produces `pad_id`.
 
 import functools
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.typing import Collection
 
 from bertjax.generation.sampling import GenerationError, Sampling, next_token
 from bertjax.models.gpt import GptLM, init_cache, positions_from_mask
+from bertjax.typing import Params
 
 Array = jax.Array
 
@@ -62,8 +63,9 @@ def check_fits(prompt_lengths: Sequence[int], max_new_tokens: int, context: int)
             raise GenerationError(f"prompt {row} is empty: give at least one token")
 
 
-def _last_logits(model: GptLM, params: Any, cache: Any, ids_BxL: Array, key_mask_BxT: Array,
-                 positions_BxL: Array, vocab_limit: int) -> tuple[Array, Any]:
+def _last_logits(model: GptLM, params: Params, cache: Collection, ids_BxL: Array,
+                 key_mask_BxT: Array, positions_BxL: Array, vocab_limit: int
+                 ) -> tuple[Array, Collection]:
     """Logits [B, V] at the last input position (only that one is projected), new caches."""
     (h_BxLxE, _), mutated = model.apply(
         {"params": params, "cache": cache}, ids_BxL, key_mask_BxT, positions_BxL,
@@ -85,7 +87,7 @@ def row_keys(rng: Array, row_ids_B: Array) -> Array:
 @functools.partial(
     jax.jit, static_argnames=("model", "max_new_tokens", "sampling", "stop_ids", "pad_id",
                               "vocab_limit"))
-def generate_ids(params: Any, ids_BxP: Array, mask_BxP: Array, rng: Array, *, model: GptLM,
+def generate_ids(params: Params, ids_BxP: Array, mask_BxP: Array, rng: Array, *, model: GptLM,
                  max_new_tokens: int, sampling: Sampling, stop_ids: tuple[int, ...] = (),
                  pad_id: int = 0, vocab_limit: int | None = None,
                  row_ids_B: Array | None = None) -> Array:

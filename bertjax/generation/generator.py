@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import numpy as np
@@ -25,6 +24,7 @@ from bertjax.models.gpt import GptConfig, GptLM, abstract_params
 from bertjax.tokenizers.bpe import END_OF_TEXT, ByteLevelBPE
 from bertjax.training.checkpoint import TrainedModel, load_trained
 from bertjax.training.workdir import tokenizer_file
+from bertjax.typing import Params
 
 PROMPT_BUCKET = 32  # prompts are left-padded to a multiple of this: fewer recompilations
 
@@ -34,7 +34,7 @@ class Generator:
     """A GPT language model, its parameters and its byte-level BPE tokenizer."""
 
     config: GptConfig
-    params: Any
+    params: Params
     tokenizer: ByteLevelBPE
     max_tokens: int = 16384  # prompt + new tokens, summed over a batch's rows
 

@@ -7,7 +7,6 @@ A context too long for the model is cut from the left (its most recent tokens ar
 
 import functools
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,19 +14,20 @@ import numpy as np
 
 from bertjax.generation.sampling import GenerationError
 from bertjax.models.gpt import GptLM
+from bertjax.typing import Params
 
 Array = jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("model",))
-def _token_logprobs(params: Any, ids_BxL: Array, mask_BxL: Array, *, model: GptLM) -> Array:
+def _token_logprobs(params: Params, ids_BxL: Array, mask_BxL: Array, *, model: GptLM) -> Array:
     """log p(ids[:, t + 1] | ids[:, :t + 1]) for t < L - 1: [B, L - 1], float32."""
     logits_BxLxV = model.apply({"params": params}, ids_BxL, mask_BxL).astype(jnp.float32)
     logp_BxLxV = jax.nn.log_softmax(logits_BxLxV[:, :-1], axis=-1)
     return jnp.take_along_axis(logp_BxLxV, ids_BxL[:, 1:, None], axis=-1)[..., 0]
 
 
-def continuation_logprobs(model: GptLM, params: Any, context: Sequence[int],
+def continuation_logprobs(model: GptLM, params: Params, context: Sequence[int],
                           candidates: Sequence[Sequence[int]]) -> np.ndarray:
     """Per-token log-probabilities [K, longest candidate] (0 past each candidate's end)."""
     if not context:

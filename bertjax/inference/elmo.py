@@ -30,6 +30,7 @@ from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations, zer
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
 from bertjax.training.checkpoint import load_trained
 from bertjax.training.workdir import tokenizer_file
+from bertjax.typing import Params
 
 Sentence = str | Sequence[str]
 
@@ -56,7 +57,7 @@ def _check_vocab(vocab: ElmoVocabulary, config: ElmoConfig, expected: Sequence[s
 class ElmoEmbedder:
     """Deterministic, batch-independent ELMo embeddings from biLM parameters."""
 
-    def __init__(self, config: ElmoConfig, params: Any, vocab: ElmoVocabulary | None = None,
+    def __init__(self, config: ElmoConfig, params: Params, vocab: ElmoVocabulary | None = None,
                  tokenizer: str = "whitespace", batch_size: int = 32, max_tokens: int = 4096,
                  window: int = 256):
         if config.token_encoder == "word" and vocab is None:
@@ -68,11 +69,14 @@ class ElmoEmbedder:
         self.params = jax.tree.map(jnp.asarray, params)
         self.model = ElmoBiLM(config)
 
-        def representations(params: Any, token_ids: Any, char_ids: Any, lengths: Any) -> Any:
+        def representations(params: Params, token_ids: jax.Array | None,
+                            char_ids: jax.Array | None, lengths: jax.Array
+                            ) -> tuple[jax.Array, jax.Array]:
             out = self.model.apply({"params": params}, token_ids, char_ids, lengths, True)
             return layer_representations(out), out["token"]
 
-        def stream_window(params: Any, forward: tuple, backward: tuple, carry: dict) -> Any:
+        def stream_window(params: Params, forward: tuple, backward: tuple, carry: dict
+                          ) -> tuple[jax.Array, list[jax.Array], list[jax.Array], dict]:
             token = self.model.apply({"params": params}, *forward, method=ElmoBiLM.embed_tokens)
             out = self.model.apply({"params": params}, forward, backward, carry, True,
                                    method=ElmoBiLM.stream)

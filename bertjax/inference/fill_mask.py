@@ -21,8 +21,7 @@ import dataclasses
 import itertools
 import pathlib
 import tempfile
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
 import flax.linen as nn
 import jax
@@ -36,6 +35,7 @@ from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.tokenizers.wordpiece import MASK, WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import load_trained
+from bertjax.typing import Params
 
 BASELINE_TOKENS = 2_000_000  # the unigram baseline counts at most this many training tokens
 
@@ -70,7 +70,8 @@ def training_documents(corpus: str) -> Iterator[list[str]]:
     return iter(load_documents(corpus))
 
 
-def count_tokens(encode: Any, documents: Iterable[list[str]], limit: int) -> collections.Counter:
+def count_tokens(encode: Callable[[str], list[int]], documents: Iterable[list[str]],
+                 limit: int) -> collections.Counter:
     """Token-id counts of the documents' sentences, up to about `limit` tokens."""
     counts: collections.Counter = collections.Counter()
     total = 0
@@ -89,7 +90,7 @@ class MaskFiller:
     """A BERT with its MLM head and its WordPiece vocabulary."""
 
     config: BertConfig
-    params: Any
+    params: Params
     vocab: WordPieceVocabulary
     source: pathlib.Path | None = None  # the workdir, whose vocabulary held-out text uses
     train_corpus: str | None = None  # the corpus setting the run recorded it trained on
@@ -97,11 +98,12 @@ class MaskFiller:
     def __post_init__(self) -> None:
         model = BertForPreTraining(self.config)
 
-        def mlm_probs(params: Any, ids: Any, segments: Any, mask: Any, positions: Any) -> Any:
+        def mlm_probs(params: Params, ids: jax.Array, segments: jax.Array, mask: jax.Array,
+                      positions: jax.Array) -> jax.Array:
             logits = model.apply({"params": params}, ids, segments, mask, positions)
             return jax.nn.softmax(logits["mlm_logits"].astype("float32"), axis=-1)
 
-        def mlm_guesses(params: Any, batch: dict[str, Any]) -> Any:
+        def mlm_guesses(params: Params, batch: dict[str, jax.Array]) -> jax.Array:
             logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
                                  batch["input_mask"], batch["masked_lm_positions"])
             return logits["mlm_logits"].argmax(-1)

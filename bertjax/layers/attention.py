@@ -42,11 +42,11 @@ its leading axis and read the cache in place, and its projections are plain [B*L
 [E, H*D] / [B*L, H*D] x [H*D, E] matrix products over the stored kernels.
 """
 
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from bertjax.layers.cudnn_attention import cudnn_attention, cudnn_runs, layer_seed
 from bertjax.layers.dropout import Dropout
@@ -122,8 +122,8 @@ class MultiHeadAttention(nn.Module):
     fused_qkv: bool = False  # Q, K, V from one product over the concatenated kernels
     kernel_init_std: float = 0.02
     out_init_std: float = 0.02
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
+    dtype: DTypeLike = jnp.float32
+    param_dtype: DTypeLike = jnp.float32
 
     def _param(self, name: str, shape: tuple, axes: tuple, std: float | None) -> Array:
         init = nn.initializers.zeros if std is None else nn.initializers.normal(std)

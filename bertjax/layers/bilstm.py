@@ -13,11 +13,11 @@ model (Peters et al. 2018) and BERT's feature-based tagger (Devlin et al. 2018, 
 it between frozen pretrained features and their heads.
 """
 
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.lstm import ProjectedLstm, reverse_padded
@@ -41,8 +41,8 @@ class BiLstmEncoder(nn.Module):
     num_layers: int = 1
     dropout_rate: float = 0.0
     forget_bias: float = 1.0
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
+    dtype: DTypeLike = jnp.float32
+    param_dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(self, x_BxTxF: Array, lengths_B: Array, deterministic: bool = True) -> Array:

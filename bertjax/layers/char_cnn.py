@@ -12,11 +12,12 @@ fits. Parameter shapes match bilm-tf's `char_embed`, `CNN/W_cnn_i`, `CNN_high_i`
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.nn.initializers import Initializer
+from jax.typing import DTypeLike
 
 from bertjax.layers.highway import Highway
 
@@ -38,8 +39,8 @@ class CharCnnEncoder(nn.Module):
     char_embed_dim: int = 16
     num_chars: int = 262
     activation: str = "relu"
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
+    dtype: DTypeLike = jnp.float32
+    param_dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(self, char_ids_BxTxC: Array) -> Array:
@@ -106,10 +107,10 @@ class CharCnnEncoder(nn.Module):
         return h_NxF.reshape(B, T, -1)
 
 
-def _shifted(init: Any, shift: float) -> Any:
+def _shifted(init: Initializer, shift: float) -> Initializer:
     """`init` plus a constant: turns flax's U(0, s) into bilm-tf's symmetric U(-s/2, s/2)."""
 
-    def shifted_init(key: Array, shape: tuple, dtype: Any = jnp.float32) -> Array:
+    def shifted_init(key: Array, shape: tuple, dtype: DTypeLike = jnp.float32) -> Array:
         return init(key, shape, dtype) + jnp.asarray(shift, dtype)
 
     return shifted_init

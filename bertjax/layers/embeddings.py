@@ -1,10 +1,9 @@
 """Token, segment and learned position embeddings (BERT's input layer; GPT reuses the parts)."""
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.transformer import TransformerConfig, layer_norm
@@ -13,7 +12,7 @@ Array = jax.Array
 
 
 def embed(
-    num: int, features: int, axes: tuple[str, str], std: float, param_dtype: Any, name: str
+    num: int, features: int, axes: tuple[str, str], std: float, param_dtype: DTypeLike, name: str
 ) -> nn.Embed:
     """An nn.Embed whose table carries logical axis names."""
     return nn.Embed(
@@ -99,7 +98,7 @@ class BertEmbeddings(nn.Module):
                       self.config.pad_vocab_to)
 
 
-def attend(table: nn.Embed, h_BxLxE: Array, dtype: Any, pad_vocab_to: int = 1) -> Array:
+def attend(table: nn.Embed, h_BxLxE: Array, dtype: DTypeLike, pad_vocab_to: int = 1) -> Array:
     """[B, L, V] logits of h against an embedding table, the product in the compute dtype
     (bfloat16 logits feed a float32 loss, as in mixed-precision training generally).
 

@@ -7,11 +7,11 @@ The names follow bilm-tf (`CNN_high_i/W_carry`, `W_transform`), so imported weig
 """
 
 import math
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 
 Array = jax.Array
 
@@ -20,8 +20,8 @@ class Highway(nn.Module):
     """`num_layers` highway layers of the input's width."""
 
     num_layers: int
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
+    dtype: DTypeLike = jnp.float32
+    param_dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(self, x_NxF: Array) -> Array:

@@ -27,14 +27,19 @@ the matmuls before and after the loops read and write their operands without tra
 
 import functools
 import math
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.nn.initializers import Initializer
+from jax.typing import DTypeLike
 
 Array = jax.Array
 Carry = tuple[Array, Array]  # (c [D, B, H], h [D, B, P]), float32
+Xs = TypeVar("Xs")  # a step's inputs: [D, B, ...] arrays (a tuple of them); [D, T, B, ...] stacked
+Ys = TypeVar("Ys")  # a step's outputs, likewise
 
 
 def reverse_padded(x_BxTx: Array, lengths_B: Array) -> Array:
@@ -50,10 +55,10 @@ def reverse_padded(x_BxTx: Array, lengths_B: Array) -> Array:
     return jnp.take_along_axis(x_BxTx, index, axis=1)
 
 
-def _glorot_uniform(fan_in: int, fan_out: int) -> Any:
+def _glorot_uniform(fan_in: int, fan_out: int) -> Initializer:
     limit = math.sqrt(6.0 / (fan_in + fan_out))
 
-    def init(key: Array, shape: tuple, dtype: Any = jnp.float32) -> Array:
+    def init(key: Array, shape: tuple, dtype: DTypeLike = jnp.float32) -> Array:
         return jax.random.uniform(key, shape, dtype, -limit, limit)
 
     return init
@@ -64,7 +69,7 @@ class _Spec(NamedTuple):
 
     cell_clip: float | None
     proj_clip: float | None
-    dtype: Any  # operands of the per-step matmuls; they accumulate, and the state stays, in f32
+    dtype: jnp.dtype  # per-step matmul operands; they accumulate, and the state stays, in f32
     unroll: int = 1
 
 
@@ -90,7 +95,8 @@ def _matmul(spec: _Spec, equation: str, a: Array, w: Array) -> Array:
     return jnp.einsum(equation, a.astype(spec.dtype), w, preferred_element_type=jnp.float32)
 
 
-def _time_loop(step: Any, carry: Any, xs: Any, num_steps: int, reverse: bool, unroll: int):
+def _time_loop(step: Callable[[Carry, Xs], tuple[Carry, Ys]], carry: Carry, xs: Xs,
+               num_steps: int, reverse: bool, unroll: int) -> tuple[Carry, Ys]:
     """`lax.scan` over axis 1 of [D, T, ...] arrays: step(carry, xs_t) -> (carry, ys_t).
 
     The ys are stacked on axis 1 too. Keeping time second (not first, as scan would) lets the
@@ -215,8 +221,8 @@ class ProjectedLstm(nn.Module):
     proj_clip: float | None = None
     forget_bias: float = 1.0
     unroll: int = 1
-    dtype: Any = jnp.float32
-    param_dtype: Any = jnp.float32
+    dtype: DTypeLike = jnp.float32
+    param_dtype: DTypeLike = jnp.float32
 
     @property
     def output_size(self) -> int:
@@ -230,10 +236,10 @@ class ProjectedLstm(nn.Module):
         D, H, P = self.num_directions, self.cell_size, self.output_size
         gate_init = _glorot_uniform(input_size + P, 4 * H)  # TF's init of the stacked kernel
 
-        def bias_init(key: Array, shape: tuple, dtype: Any = jnp.float32) -> Array:
+        def bias_init(key: Array, shape: tuple, dtype: DTypeLike = jnp.float32) -> Array:
             return jnp.zeros(shape, dtype).at[:, 1].set(self.forget_bias)
 
-        def param(name: str, init: Any, shape: tuple, axes: tuple) -> Array:
+        def param(name: str, init: Initializer, shape: tuple, axes: tuple) -> Array:
             boxed = nn.with_logical_partitioning(init, axes)
             return self.param(name, boxed, shape, self.param_dtype)
 

@@ -15,14 +15,15 @@ to the task loss (see `scalar_mix_penalty`). `mix_weights` reports what a task l
 """
 
 from collections.abc import Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from bertjax.layers.dropout import Dropout
+from bertjax.typing import Params
 
 Array = jax.Array
 
@@ -48,7 +49,7 @@ class ScalarMix(nn.Module):
     l2_coef: float = 0.0
     initial_scalars: Sequence[float] | None = None
     eps: float = 1e-12
-    dtype: Any = jnp.float32
+    dtype: DTypeLike = jnp.float32
 
     @nn.compact
     def __call__(
@@ -85,7 +86,7 @@ def scalar_mix_penalty(scalars_K: Array, l2_coef: float) -> Array:
     return l2_coef * jnp.sum(jnp.square(scalars_K))
 
 
-def mix_weights(mix_params: dict[str, Any]) -> dict[str, np.ndarray | float]:
+def mix_weights(mix_params: Params) -> dict[str, np.ndarray | float]:
     """The learned softmax layer weights and gamma of a ScalarMix's parameters."""
     scalars = np.asarray(mix_params["scalars"], np.float64)
     weights = np.exp(scalars - scalars.max())

@@ -38,6 +38,7 @@ from bertjax.layers.char_cnn import ELMO_FILTERS, CharCnnEncoder
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.lstm import ProjectedLstm, reverse_padded
 from bertjax.models.sizes import FamilyConfig
+from bertjax.typing import Params
 
 Array = jax.Array
 FAMILY = "elmo"  # the model family recorded in WORKDIR/model.json
@@ -225,14 +226,14 @@ class ElmoBiLM(nn.Module):
         return self.softmax_kernel, self.softmax_bias
 
 
-def abstract_params(config: ElmoConfig) -> Any:
+def abstract_params(config: ElmoConfig) -> Params:
     """The biLM's parameter tree as shapes and dtypes (nothing is initialised)."""
     ids = jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2, config.max_chars), jnp.int32)
     init = lambda: ElmoBiLM(config).init(jax.random.key(0), *ids, jnp.array([2]))  # noqa: E731
     return nn.unbox(jax.eval_shape(init)["params"])
 
 
-def zero_carry(config: ElmoConfig, batch_size: int) -> dict[str, Any]:
+def zero_carry(config: ElmoConfig, batch_size: int) -> dict[str, np.ndarray]:
     """The initial LSTM state of a stream: zeros, batch first (so it shards like a batch)."""
     L, H, P = config.num_layers, config.cell_size, config.proj_size
     return {"c": np.zeros((batch_size, L, 2, H), np.float32),

@@ -16,12 +16,14 @@ from typing import Any, ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.typing import Collection
 
 from bertjax.layers.attention import AttentionMask
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.embeddings import attend, token_and_position_tables
 from bertjax.layers.transformer import TransformerConfig, TransformerStack
 from bertjax.models.sizes import TRANSFORMER_FIELDS, FamilyConfig
+from bertjax.typing import Params
 
 Array = jax.Array
 FAMILY = "gpt"
@@ -145,11 +147,11 @@ class GptLM(nn.Module):
         return self.logits(h_BxLxE)
 
 
-def init_cache(model: GptLM, batch_size: int, cache_length: int) -> Any:
+def init_cache(model: GptLM, batch_size: int, cache_length: int) -> Collection:
     """Zeroed key/value caches for decoding `cache_length` positions of `batch_size` rows."""
     ids_BxT = jnp.zeros((batch_size, cache_length), jnp.int32)
 
-    def make() -> Any:
+    def make() -> Collection:
         positions_BxT = jnp.zeros_like(ids_BxT)
         return model.init(jax.random.key(0), ids_BxT, None, positions_BxT, decode=True)["cache"]
 
@@ -157,7 +159,7 @@ def init_cache(model: GptLM, batch_size: int, cache_length: int) -> Any:
     return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def abstract_params(config: GptConfig) -> Any:
+def abstract_params(config: GptConfig) -> Params:
     """The LM's parameter tree as shapes and dtypes (nothing is initialised)."""
     ids = jnp.zeros((1, 1), jnp.int32)
     return nn.unbox(jax.eval_shape(lambda: GptLM(config).init(jax.random.key(0), ids))["params"])

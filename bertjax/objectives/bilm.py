@@ -15,16 +15,18 @@ batch) for large vocabularies; evaluation (rng None) always uses the full softma
 perplexities are exact while the training ones of a sampled run are of the sampled loss.
 """
 
-from typing import Any
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from flax.typing import VariableDict
 
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, zero_carry
 from bertjax.objectives.objective import Carry, Objective
 from bertjax.objectives.sampled_softmax import sampled_softmax_xent
+from bertjax.typing import Params
 
 Array = jax.Array
 MODES = ("sentence", "stream")
@@ -80,7 +82,7 @@ def _xent(h_2xBxTxP: Array, targets_2xBxT: Array, softmax: tuple[Array, Array],
 
 
 def bilm_loss(
-    params: Any,
+    params: Params,
     batch: dict[str, Array],
     rng: Array | None,
     model: ElmoBiLM,
@@ -122,7 +124,8 @@ def bilm_loss(
     return loss, metrics
 
 
-def example_batch_fn(config: ElmoConfig, mode: str) -> Any:
+def example_batch_fn(config: ElmoConfig, mode: str
+                     ) -> Callable[[int, int], dict[str, np.ndarray]]:
     """example_batch(batch_size, seq_length): zero arrays shaped like the data's batches."""
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
@@ -177,13 +180,13 @@ def elmo_pretraining(
                          f"{config.vocab_size}: lower elmo_pretraining.num_sampled or use "
                          "softmax='full'")
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+    def init_variables(rng: Array, batch: dict[str, Array]) -> VariableDict:
         lengths = batch.get("lengths", jnp.full(batch["token_ids"].shape[:1],
                                                 batch["token_ids"].shape[1]))
         return model.init({"params": rng, "dropout": rng}, batch["token_ids"],
                           batch.get("char_ids"), lengths)
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None) -> tuple:
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None) -> tuple:
         return bilm_loss(params, batch, rng, model, sampled, sampler_unique)
 
     progress = (("loss", "loss"), ("forward_ppl", "fwd_ppl"), ("backward_ppl", "bwd_ppl"))

@@ -8,7 +8,6 @@ baseline of benchmarks/accelerator_step.py).
 """
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +16,7 @@ import numpy as np
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.objectives.objective import Objective, init_from_batch
 from bertjax.objectives.xent import weighted_cross_entropy
+from bertjax.typing import Params
 
 Array = jax.Array
 
@@ -33,7 +33,7 @@ def lm_loss(
 
 
 def gpt_lm_loss(
-    params: Any, batch: dict[str, Array], rng: Array | None, apply_fn: Callable,
+    params: Params, batch: dict[str, Array], rng: Array | None, apply_fn: Callable,
     fused: bool = True,
 ) -> tuple[Array, dict[str, Array]]:
     """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for GptLM.
@@ -67,7 +67,7 @@ def gpt_pretraining(config: GptConfig, fused_loss: bool = True) -> Objective:
     the loss from a float32 copy of the logits (the A/B baseline)."""
     model = GptLM(config)
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return gpt_lm_loss(params, batch, rng, model.apply, fused_loss)
 
     progress = (("loss", "loss"), ("perplexity", "ppl"), ("lm_accuracy", "acc"))

@@ -7,15 +7,18 @@ an example source for its data; the loop, checkpoints, workdir record and CLIs a
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import flax.linen as nn
 import jax
 import numpy as np
+from flax.typing import VariableDict
+
+from bertjax.models.sizes import FamilyConfig
+from bertjax.typing import Params
 
 Array = jax.Array
 Batch = dict[str, np.ndarray]
-LossFn = Callable[[Any, dict[str, Array], Array | None], tuple[Array, dict[str, Array]]]
+LossFn = Callable[[Params, dict[str, Array], Array | None], tuple[Array, dict[str, Array]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +52,9 @@ class Objective:
 
     name: str  # e.g. "bert_pretraining"
     family: str  # "bert", "gpt", "elmo": the family a workdir's checkpoints belong to
-    config: Any
+    config: FamilyConfig
     model: nn.Module
-    init_variables: Callable[[Array, dict[str, Array]], Any]
+    init_variables: Callable[[Array, dict[str, Array]], VariableDict]
     loss_fn: LossFn
     example_batch: Callable[[int, int], Batch]
     progress: tuple[tuple[str, str], ...] = (("loss", "loss"),)
@@ -63,10 +66,10 @@ class Objective:
         return getattr(self.config, "BUILDER", f"{self.family}_config")
 
 
-def init_from_batch(model: nn.Module, *features: str) -> Callable[[Array, dict], Any]:
+def init_from_batch(model: nn.Module, *features: str) -> Callable[[Array, dict], VariableDict]:
     """init_variables(rng, batch) calling `model.init` on the batch's `features`, in order."""
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+    def init_variables(rng: Array, batch: dict[str, Array]) -> VariableDict:
         return model.init({"params": rng, "dropout": rng}, *(batch[f] for f in features))
 
     return init_variables

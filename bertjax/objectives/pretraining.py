@@ -8,17 +8,18 @@ list per row, so the loss is the same sum over the same targets as unpacked.
 """
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.typing import VariableDict
 
 from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.objectives.lm import lm_loss
 from bertjax.objectives.mlm import mlm_loss, packed_predictions
 from bertjax.objectives.nsp import nsp_loss
 from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.typing import Params
 
 Array = jax.Array
 
@@ -27,7 +28,7 @@ PACKING_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 
 
 def bert_pretraining_loss(
-    params: Any, batch: dict[str, Array], rng: Array, apply_fn: Callable, use_nsp: bool = True,
+    params: Params, batch: dict[str, Array], rng: Array, apply_fn: Callable, use_nsp: bool = True,
     fused_loss: bool = True,
 ) -> tuple[Array, dict[str, Array]]:
     """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for BertForPreTraining.
@@ -73,7 +74,7 @@ def bert_pretraining(config: BertConfig, use_nsp: bool = True,
         model, "input_ids", "segment_ids", "input_mask", "masked_lm_positions"
     )
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp,
                                      fused_loss=fused_loss)
 
@@ -111,7 +112,7 @@ def next_token_positions(input_ids_BxL: Array) -> Array:
 
 
 def bert_ltr_loss(
-    params: Any, batch: dict[str, Array], rng: Array | None, apply_fn: Callable
+    params: Params, batch: dict[str, Array], rng: Array | None, apply_fn: Callable
 ) -> tuple[Array, dict[str, Array]]:
     """loss_fn for a causal BertForPreTraining: next-token cross-entropy at every real token.
 
@@ -144,12 +145,12 @@ def bert_ltr_pretraining(config: BertConfig) -> Objective:
     config = config.replace(causal=True)
     model = BertForPreTraining(config)
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+    def init_variables(rng: Array, batch: dict[str, Array]) -> VariableDict:
         ids = batch["input_ids"]
         return model.init({"params": rng, "dropout": rng}, ids, batch["segment_ids"],
                           batch["input_mask"], next_token_positions(ids))
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return bert_ltr_loss(params, batch, rng, model.apply)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:

@@ -16,17 +16,21 @@ import pathlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
 from bertjax.files import Path, absolute, as_path, is_remote
+from bertjax.models.sizes import FamilyConfig
 from bertjax.training import workdir as workdir_lib
+from bertjax.training.state import TrainState
+from bertjax.typing import Params, PyTree
 
 ITEMS = ("state", "data")
 _FULL = ("RESOURCE_EXHAUSTED", "No space left", "Disk quota exceeded")
+R = TypeVar("R")
 
 
 class CheckpointError(ValueError):
@@ -52,9 +56,6 @@ class _QuietOrbax(logging.Filter):
                     and ("orbax" in record.pathname or "orbax" in record.getMessage()))
 
 
-logging.getLogger("absl").addFilter(_QuietOrbax())
-logging.getLogger("asyncio").addFilter(_QuietOrbax())
-
 
 class _QuietOrbaxReports:
     """An unraisable-exception hook: after a failed read or write, orbax's pending tensorstore
@@ -62,10 +63,10 @@ class _QuietOrbaxReports:
     ignored in <coroutine>', 'Event loop is closed'); the Checkpointer reports the failure in
     one line, so those reports are dropped and all others go to the hook it wraps."""
 
-    def __init__(self, wrapped: Callable) -> None:
+    def __init__(self, wrapped: Callable[["sys.UnraisableHookArgs"], object]) -> None:
         self.wrapped = wrapped
 
-    def __call__(self, report: Any) -> None:
+    def __call__(self, report: "sys.UnraisableHookArgs") -> None:
         frames, tb = [], report.exc_traceback
         while tb is not None:
             frames.append(tb.tb_frame.f_code.co_filename)
@@ -81,7 +82,18 @@ class _QuietOrbaxReports:
             sys.unraisablehook = cls(sys.unraisablehook)
 
 
-def _shapes(tree: Any) -> dict[str, tuple]:
+def _quiet_orbax_failures() -> None:
+    """Drop orbax's own reports of a failed save or restore (_QuietOrbax, _QuietOrbaxReports),
+    which bertjax turns into one line: installed by the first Checkpointer (or read of a best
+    checkpoint), once, so importing bertjax changes no logger and no hook."""
+    for name in ("absl", "asyncio"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _QuietOrbax) for f in logger.filters):
+            logger.addFilter(_QuietOrbax())
+    _QuietOrbaxReports.install()
+
+
+def _shapes(tree: PyTree) -> dict[str, tuple]:
     """{"params/bert/...": shape} of a tree of arrays, shape structs or orbax array metadata."""
     leaves = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
     name = lambda k: str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))  # noqa
@@ -110,8 +122,8 @@ class Checkpointer:
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save,
             cleanup_tmp_directories=quarantine,  # a killed run's partial save: only its own
         )
+        _quiet_orbax_failures()  # failures arrive from other threads too
         self.manager = self._manager()
-        _QuietOrbaxReports.install()  # failures arrive from other threads
 
     def _manager(self) -> ocp.CheckpointManager:
         return ocp.CheckpointManager(self.directory, options=self.options, item_names=ITEMS)
@@ -119,7 +131,7 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
 
-    def save(self, step: int, state: Any, data_position: dict, force: bool = False) -> bool:
+    def save(self, step: int, state: TrainState, data_position: dict, force: bool = False) -> bool:
         """Start saving `state` and the iterator position at `step` (returns at once)."""
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)
@@ -128,7 +140,7 @@ class Checkpointer:
             return self.manager.save(step, args=args, force=force)
 
     @contextlib.contextmanager
-    def _space_errors(self, step: int, state: Any = None) -> Iterator[None]:
+    def _space_errors(self, step: int, state: TrainState | None = None) -> Iterator[None]:
         """A full disk during a save (found now or by a later call) as one CheckpointError."""
         try:
             yield
@@ -156,7 +168,7 @@ class Checkpointer:
         return (f"checkpoint {latest} is intact and rerunning resumes from it"
                 if latest is not None else "no checkpoint was written")
 
-    def checkpoint_bytes(self, state: Any) -> int:
+    def checkpoint_bytes(self, state: TrainState | None) -> int:
         """About what one checkpoint of `state` takes (the newest one's size, if local)."""
         latest = max(self._finished_steps(), default=None)
         if latest is not None and not is_remote(self.directory):
@@ -179,7 +191,7 @@ class Checkpointer:
         self.manager.close()
         self.manager = self._manager()
 
-    def _verify(self, step: int, abstract: Any) -> None:
+    def _verify(self, step: int, abstract: dict[str, Params]) -> None:
         """CorruptCheckpointError if the state's metadata cannot be read; CheckpointError if
         its parameters do not have the shapes of `abstract`'s ({"params": ...})."""
         try:
@@ -195,7 +207,8 @@ class Checkpointer:
                 f"({path} is {saved_shapes.get(path, 'absent')} there, {wanted[path]} here): "
                 "use the model config it was written with, or a new --workdir")
 
-    def _read(self, abstract: Any, read: Callable[[int], Any], step: int | None) -> Any:
+    def _read(self, abstract: dict[str, Params], read: Callable[[int], R], step: int | None
+              ) -> tuple[int, R]:
         """(step, read(step)) of the newest readable checkpoint (or of `step`), skipping (or,
         with `quarantine`, setting aside) the unreadable ones; one CheckpointError when none
         is left."""
@@ -248,7 +261,8 @@ class Checkpointer:
         self.manager = self._manager()
         return True
 
-    def restore(self, abstract_state: Any, step: int | None = None) -> tuple[Any, dict]:
+    def restore(self, abstract_state: TrainState, step: int | None = None
+                ) -> tuple[TrainState, dict]:
         """The state (placed by `abstract_state`'s shardings) and data position of the newest
         readable checkpoint (or of `step`)."""
         args = ocp.args.Composite(
@@ -258,7 +272,8 @@ class Checkpointer:
         _, restored = self._read({"params": abstract_state.params}, restore, step)
         return restored.state, dict(restored.data)
 
-    def restore_params(self, abstract_params: Any, step: int | None = None) -> tuple[int, Any]:
+    def restore_params(self, abstract_params: Params, step: int | None = None
+                       ) -> tuple[int, Params]:
         """(step, the `params` of the state saved there): no optimizer state is read."""
         tree = {"params": abstract_params}
         args = ocp.args.Composite(state=ocp.args.PyTreeRestore(
@@ -279,7 +294,7 @@ class Checkpointer:
             self.manager.close()
 
 
-def abstract_like(tree: Any, shardings: Any) -> Any:
+def abstract_like(tree: PyTree, shardings: PyTree) -> PyTree:
     """ShapeDtypeStructs carrying the target shardings (what restore needs)."""
     return jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
@@ -299,8 +314,8 @@ def resolve(path: str | os.PathLike) -> tuple[Path, int | None]:
     return path, None
 
 
-def restore_params(path: str | os.PathLike, abstract_params: Any
-                   ) -> tuple[Any, Path, int]:
+def restore_params(path: str | os.PathLike, abstract_params: Params
+                   ) -> tuple[Params, Path, int]:
     """(params, workdir, step) of the newest readable (or the named) checkpoint under `path`.
 
     `abstract_params` gives the parameter tree to read and where to place it (its shardings);
@@ -330,12 +345,13 @@ class TrainedModel:
     workdir: Path
     step: int
     record: dict[str, Any]
-    config: Any
-    params: Any
+    config: FamilyConfig
+    params: Params
 
 
 def load_trained(path: str | os.PathLike, family: str, tool: str,
-                 abstract_params: Callable[[Any], Any], **config_overrides: Any) -> TrainedModel:
+                 abstract_params: Callable[[FamilyConfig], Params], **config_overrides: Any
+                 ) -> TrainedModel:
     """The newest (or the named) checkpoint of a `family` workdir, parameters on one device.
 
     `abstract_params(config)` gives the parameter tree to read (shapes only), e.g. the whole
@@ -357,7 +373,7 @@ def load_trained(path: str | os.PathLike, family: str, tool: str,
 BEST_PARAMS = ("best", "params")  # where a run with evaluation keeps its best parameters
 
 
-def saved_shapes(item: pathlib.Path, key: str | None = None) -> Any:
+def saved_shapes(item: pathlib.Path, key: str | None = None) -> PyTree:
     """The tree an orbax pytree item holds (or its subtree `key`), as ShapeDtypeStructs on
     this host's first device, read from its metadata: what to restore it into without
     building the model."""
@@ -377,7 +393,7 @@ def saved_shapes(item: pathlib.Path, key: str | None = None) -> Any:
 
 
 def restore_saved_params(path: str | os.PathLike, best: bool = True
-                         ) -> tuple[Any, pathlib.Path, str]:
+                         ) -> tuple[Params, pathlib.Path, str]:
     """(params on one device, workdir, which) of a run as it saved them: with `best`, the best
     evaluation's parameters (WORKDIR/best/params) when the run kept one and `path` names no
     step; else the newest readable (or the named) checkpoint's. The tree comes from the
@@ -421,9 +437,10 @@ def _saved_steps(directory: Path) -> list[int]:
                   (p / "state").is_dir())
 
 
-def _read_best(best_item: Path, workdir: Path, attempts: int = 3) -> Any:
+def _read_best(best_item: Path, workdir: Path, attempts: int = 3) -> Params:
     """WORKDIR/best/params; a read that fails is tried again (`attempts` in all), since the
     run may be swapping in a new best (evaluation.BestKeeper) that very moment."""
+    _quiet_orbax_failures()
     for attempt in range(attempts):
         try:
             with ocp.StandardCheckpointer() as checkpointer:

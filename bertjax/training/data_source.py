@@ -5,6 +5,7 @@ in-memory examples (bertjax.finetune.arrays.ArraySource) provide it; `Experiment
 one, and the loop reads nothing else of it.
 """
 
+import os
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,10 +25,10 @@ class DataSource(Protocol):
     def vocab_size(self) -> int:
         """Token ids the examples use (0: no token ids); checked against the model's."""
 
-    def prepare(self, workdir: Any) -> None:
+    def prepare(self, workdir: str | os.PathLike) -> None:
         """Read and encode what the batches need; writes nothing (called before the run)."""
 
-    def save(self, workdir: Any) -> dict[str, Any]:
+    def save(self, workdir: str | os.PathLike) -> dict[str, Any]:
         """Put the tokenizer's files in the workdir; the tokenizer part of model.json."""
 
     def feature_spec(self, seq_length: int, batch_size: int) -> FeatureSpec:

@@ -26,6 +26,8 @@ import jax
 import orbax.checkpoint as ocp
 
 from bertjax.files import absolute, as_path, atomic_file, write_text
+from bertjax.training.state import TrainState
+from bertjax.typing import Params
 
 RESULTS, PREDICTIONS, BEST = "eval_results.json", "predictions.jsonl", "best"
 
@@ -35,7 +37,7 @@ RESULTS, PREDICTIONS, BEST = "eval_results.json", "predictions.jsonl", "best"
 CPU_INFERENCE_OPTIONS = {"xla_cpu_experimental_ynn_fusion_type": ""}
 
 
-def jit_inference(fn: Callable[..., Any]) -> Any:
+def jit_inference(fn: Callable[..., Any]) -> jax.stages.Wrapped:
     """`jax.jit` for a forward-only program: on a CPU backend, without XLA's YNNPACK fusions
     (unless XLA_FLAGS already says how to fuse them)."""
     fast_cpu = (jax.default_backend() == "cpu"
@@ -58,7 +60,7 @@ class EvalResult:
 class Evaluator:
     """How and when a run is evaluated; `main_metric` picks the best checkpoint."""
 
-    evaluate: Callable[[Any], EvalResult]  # train state -> result
+    evaluate: Callable[[TrainState], EvalResult]
     main_metric: str
     every: int = 500
 
@@ -87,7 +89,7 @@ class BestKeeper:
             return False
         return math.isnan(best) or value > best
 
-    def record(self, step: int, result: EvalResult, params: Any) -> bool:
+    def record(self, step: int, result: EvalResult, params: Params) -> bool:
         """Note an evaluation at `step`; keep params and predictions if it is the best."""
         improved = self.improves(result.metrics[self.main_metric])
         if improved:
@@ -105,7 +107,7 @@ class BestKeeper:
         write_text(self.workdir / RESULTS, json.dumps(self.results, indent=2) + "\n")
         return improved
 
-    def _save_params(self, params: Any) -> None:
+    def _save_params(self, params: Params) -> None:
         """Write the new best beside the old one, then swap: never a moment without a best."""
         best, new, old = (absolute(self.workdir) / BEST / name for name in
                           ("params", "params.new", "params.old"))

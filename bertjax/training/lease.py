@@ -33,37 +33,22 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from bertjax.files import absolute, as_path, filesystem, is_remote, naming, unreachable
+from bertjax.files import (
+    as_path,
+    filesystem,
+    is_remote,
+    naming,
+    process_alive,
+    process_start,
+    unreachable,
+)
 
 LEASE = "lease.json"
 DEFAULT_TIMEOUT = 600.0  # seconds an object-storage lease lives without renewal
-_HELD: dict[str, Lease | None] = {}  # workdir -> this process's lease (None: not process 0)
 
 
 class WorkdirInUseError(ValueError):
     """Another run holds the workdir's lease."""
-
-
-def _process_start(pid: int) -> str | None:
-    """When process `pid` started (clock ticks after boot; tells a reused PID apart)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]  # a zombie has ended
-
-
-def _alive_here(pid: int, started: str | None) -> bool:
-    """True when process `pid` of this host is running and is the one that took the lease."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    now = _process_start(pid)
-    return now is not None and (started is None or now == started)
 
 
 class Lease:
@@ -77,7 +62,7 @@ class Lease:
         now = time.time()
         self.record = {
             "host": socket.gethostname(), "pid": os.getpid(),
-            "process_start": _process_start(os.getpid()),
+            "process_start": process_start(os.getpid()),
             "started": datetime.datetime.fromtimestamp(now).isoformat(timespec="seconds"),
             "renewed": now, "token": uuid.uuid4().hex}
         self.created_workdir = False
@@ -224,7 +209,7 @@ class Lease:
     def _stale_why(self, holder: dict) -> str | None:
         """Why the holder's lease may be taken over, or None while it is live."""
         if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-            if not _alive_here(holder["pid"], holder.get("process_start")):
+            if not process_alive(holder["pid"], holder.get("process_start")):
                 return "that process has ended"
         age = time.time() - float(holder.get("renewed", 0))
         if age > self.timeout:
@@ -288,13 +273,9 @@ def _agree(refusal: str | None) -> str | None:
 
 @contextlib.contextmanager
 def hold(workdir: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> Iterator[None]:
-    """Hold the lease on `workdir` within the block (re-entrant within a process)."""
+    """Hold the lease on `workdir` within the block (process 0 holds it for the run)."""
     import jax
 
-    key = str(absolute(workdir))
-    if key in _HELD:
-        yield
-        return
     lease, refusal = None, None
     if jax.process_index() == 0:
         lease = Lease(workdir, timeout)
@@ -307,10 +288,8 @@ def hold(workdir: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT) -> Iterat
         if lease is not None:  # another process of the run was refused (cannot happen today)
             lease.release()
         raise WorkdirInUseError(refusal)
-    _HELD[key] = lease
     try:
         yield
     finally:
-        _HELD.pop(key, None)
         if lease is not None:
             lease.release()

@@ -1,8 +1,8 @@
 """The training loop of every family, pretraining and fine-tuning; it jits the train steps.
 
-    run(experiment, workdir, mesh)
-      checks (batch over the mesh, the workdir's family, vocabulary, the data's features)
+    train(experiment, workdir, mesh, signals)      (bertjax.training.run calls it, guards held)
       per sequence-length phase: build_trainer -> restore or init -> steps -> checkpoints
+    check_run(experiment, mesh, workdir)           what can be refused before anything is written
 
 A step is `(state, batch) -> (state, metrics)`, jitted once per phase with in/out shardings
 and the state donated. State an objective carries from step to step (ELMo's LSTM state in
@@ -11,12 +11,11 @@ checkpoint, and part of the very step `bertjax-compile` lowers.
 """
 
 import dataclasses
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import flax.linen as nn
 import jax
@@ -25,12 +24,11 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bertjax import files
-from bertjax.files import Path, as_path
+from bertjax.files import Path
 from bertjax.layers.partitioning import DEFAULT_RULES
 from bertjax.objectives.objective import Objective
-from bertjax.training import lease as lease_lib
 from bertjax.training import mesh as mesh_lib
-from bertjax.training import preemption, unstarted
+from bertjax.training import preemption
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import Checkpointer, abstract_like
 from bertjax.training.evaluation import BestKeeper, Evaluator
@@ -39,8 +37,11 @@ from bertjax.training.metrics import MetricWriter
 from bertjax.training.progress import ProgressBar
 from bertjax.training.state import TrainState, create_state
 from bertjax.training.step import StepOptions, eval_step, train_step
+from bertjax.typing import Params
 
 Batch = dict[str, np.ndarray]
+DeviceBatch = dict[str, jax.Array]  # a global batch, sharded over data and fsdp
+R = TypeVar("R")
 
 
 class RunError(ValueError):
@@ -57,6 +58,7 @@ class RunResult:
     checkpoint_dir: str
     state: TrainState | None
     stopped: str | None = None  # why the run stopped early ("SIGTERM", ...), saved at `step`
+    late_signal: str | None = None  # a stop signal that came after the last step
 
 
 @dataclasses.dataclass
@@ -65,23 +67,25 @@ class Trainer:
 
     mesh: Mesh
     rules: Sequence
-    state_shardings: Any
-    abstract_state: Any
+    state_shardings: TrainState  # of NamedShardings
+    abstract_state: TrainState  # of ShapeDtypeStructs with their shardings
     init: Callable[[], TrainState]
-    step: Callable[[TrainState, Any], tuple[TrainState, dict]]
-    evaluate: Callable[[TrainState, Any], dict]
+    step: Callable[[TrainState, DeviceBatch], tuple[TrainState, dict]]
+    evaluate: Callable[[TrainState, DeviceBatch], dict]
     reset_carry: Callable[[TrainState], TrainState]
-    init_from: Callable[[Callable[[Any], Any]], TrainState]
+    init_from: Callable[[Callable[[Params], Params]], TrainState]
     param_norm: Callable[[TrainState], jax.Array]
 
-    def device_batch(self, batch: Batch) -> Any:
+    def device_batch(self, batch: Batch) -> DeviceBatch:
         """Assemble the global batch from this process's rows, split over data and fsdp."""
         sharding = mesh_lib.batch_sharding(self.mesh)
         return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
 
 
-def _shard_like_params(tree: Any, params: Any, param_shardings: Any, replicated: Any) -> Any:
-    """Shardings for an optimizer state: params-shaped subtrees follow the params."""
+def _shard_like_params(tree: optax.OptState, params: Params, param_shardings: Params,
+                       replicated: NamedSharding) -> optax.OptState:
+    """Shardings for an optimizer state (shaped like it, of NamedShardings): params-shaped
+    subtrees follow the params' (`param_shardings`, of NamedShardings), the rest replicate."""
     params_def = jax.tree.structure(params)
     is_params = lambda x: jax.tree.structure(x) == params_def  # noqa: E731
     return jax.tree.map(
@@ -89,8 +93,8 @@ def _shard_like_params(tree: Any, params: Any, param_shardings: Any, replicated:
     )
 
 
-def _in_context(fn: Callable, mesh: Mesh, rules: Sequence) -> Callable:
-    def wrapped(*args: Any) -> Any:
+def _in_context(fn: Callable[..., R], mesh: Mesh, rules: Sequence) -> Callable[..., R]:
+    def wrapped(*args: Any) -> R:
         with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
             return fn(*args)
 
@@ -117,7 +121,7 @@ def build_trainer(
     batch_sharding = mesh_lib.batch_sharding(mesh)
     init_batch = objective.example_batch(1, seq_length)
 
-    def init_boxed_params(rng: jax.Array) -> Any:
+    def init_boxed_params(rng: jax.Array) -> Params:
         return objective.init_variables(rng, init_batch)["params"]
 
     def zero_carry() -> dict[str, jax.Array]:
@@ -166,7 +170,7 @@ def build_trainer(
                               out_shardings=state_shardings))
     param_shardings = jax.tree.leaves(state_shardings.params)
 
-    def init_from(initial_params: Callable[[Any], Any]) -> TrainState:
+    def init_from(initial_params: Callable[[Params], Params]) -> TrainState:
         """A fresh state whose parameters `initial_params` fills (e.g. from a pretrained
         model): it is given abstract parameters (ShapeDtypeStructs with their shardings), and
         only the leaves it leaves abstract are drawn. The jitted draw returns just those
@@ -255,73 +259,58 @@ def check_run(exp: Experiment, mesh: Mesh, workdir: Path) -> None:
 # ---------------------------------------------------------------- the run
 
 
-def run(
-    exp: Experiment,
-    workdir: str | os.PathLike,
-    mesh: Mesh,
-    show_progress: bool = True,
-    initial_params: Callable[[Any], Any] | None = None,
-    evaluator: Evaluator | None = None,
-) -> RunResult:
-    """Train `exp` to its num_steps, resuming from the newest checkpoint in `workdir`.
+@dataclasses.dataclass
+class _RunContext:
+    """What every phase of one run shares: the experiment, where it writes, what ends it,
+    and where the data stands (`position`, saved in every checkpoint; the phase's
+    `batches`, released when the phase or the run ends)."""
 
-    The source must be prepared. `initial_params(params) -> params` fills the parameters of
-    a fresh run before its first step (a pretrained encoder for fine-tuning): it receives
-    abstract parameters (ShapeDtypeStructs carrying their shardings), and the leaves it
-    returns still abstract are drawn at random (Trainer.init_from); a resumed run takes its
-    own. An `evaluator` runs every `evaluator.every` steps and at the end, and the
-    best evaluation's parameters and predictions are kept (see training/evaluation.py).
-    The run holds the workdir's lease (training/lease.py) and watches for stop signals
-    (training/preemption.py); a tool that took both earlier keeps them. A new run stopped
-    before its first step leaves no files behind (training/unstarted.py).
+    exp: Experiment
+    workdir: Path
+    checkpointer: Checkpointer
+    writer: MetricWriter
+    guards: "_Guards"
+    evaluation: "_Evaluation | None"
+    show_progress: bool
+    position: dict = dataclasses.field(default_factory=lambda: {"phase": 0, "example_index": 0})
+    batches: Iterator[Batch] | None = None
+
+
+@dataclasses.dataclass
+class _Phase:
+    """One sequence-length phase: its trainer, length, last step and batches."""
+
+    trainer: Trainer
+    seq_length: int
+    end_step: int
+    batches: Iterator[Batch]
+
+
+def train(exp: Experiment, workdir: Path, mesh: Mesh, signals: preemption.StopSignals, *,
+          show_progress: bool = True, initial_params: Callable[[Params], Params] | None = None,
+          evaluator: Evaluator | None = None) -> RunResult:
+    """Train `exp` to its num_steps in `workdir`, resuming from its newest checkpoint.
+
+    The caller holds the run's guards (bertjax.training.run: the lease, the `signals` watch),
+    has prepared the source and has checked the run (`check_run`, and the workdir's record).
+    `initial_params(params) -> params` fills the parameters of a fresh run before its first
+    step (a pretrained encoder for fine-tuning): it receives abstract parameters
+    (ShapeDtypeStructs carrying their shardings), and the leaves it returns still abstract
+    are drawn at random (Trainer.init_from); a resumed run takes its own. An `evaluator` runs
+    every `evaluator.every` steps and at the end, and the best evaluation's parameters and
+    predictions are kept (see training/evaluation.py).
     """
-    workdir = as_path(workdir)
-    with (preemption.watch() as signals, lease_lib.hold(workdir),
-          unstarted.discard_if_interrupted(workdir)):
-        return _run(exp, workdir, mesh, show_progress, initial_params, evaluator, signals)
-
-
-def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
-         initial_params: Callable[[Any], Any] | None, evaluator: Evaluator | None,
-         signals: preemption.StopSignals) -> RunResult:
-    check_run(exp, mesh, workdir)
-    local_batch = exp.batch_size // jax.process_count()
     # the run holds the workdir's lease: only it sets unreadable checkpoints aside
     checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints, quarantine=True)
     writer = MetricWriter(workdir)
-    evaluation = _Evaluation(evaluator, workdir, writer) if evaluator else None
+    run = _RunContext(exp, workdir, checkpointer, writer, _Guards(exp, signals, checkpointer),
+                      _Evaluation(evaluator, workdir, writer) if evaluator else None,
+                      show_progress)
     state, start_step, summary, stopped = None, 0, {}, None
-    position = {"phase": 0, "example_index": 0}
-    batches: Iterator[Batch] | None = None
     try:
-        guards = _Guards(exp, signals, checkpointer)
-        for phase, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
-            trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size,
-                                    length, exp.seed, exp.accum_steps,
-                                    options=StepOptions(dropout_rng=exp.dropout_rng))
-            signals.check()
-            if state is None:
-                state, position = _restore_or_init(trainer, checkpointer, initial_params)
-                start_step = int(state.step)
-                writer.resume_from(start_step)
-                writer.open()  # before the first step: an unwritable metrics file fails now
-                signals.check()
-                _record(exp, workdir)
-            if int(state.step) >= end_step:
-                continue
-            if position["phase"] != phase:  # a new phase starts its stream (and carry) anew
-                position = {"phase": phase, "example_index": 0}
-                state = trainer.reset_carry(state)
-            _release(batches)  # the previous phase's pipeline
-            batches = exp.source.batches(position["example_index"], length, local_batch)
-            state, position, summary, stopped = _train_phase(
-                exp, trainer, state, batches, position, end_step, length, checkpointer,
-                writer, show_progress, evaluation, guards
-            )
-            if stopped:
-                break
+        state, start_step, summary, stopped = _train_phases(run, mesh, initial_params)
         if state is not None and int(state.step) > start_step and not stopped:
-            checkpointer.save(int(state.step), state, position, force=True)
+            checkpointer.save(int(state.step), state, run.position, force=True)
     except OSError as err:  # metrics, events or records on a full disk: path and size
         if not files.is_no_space(err):
             raise
@@ -330,13 +319,48 @@ def _run(exp: Experiment, workdir: Path, mesh: Mesh, show_progress: bool,
         raise RunError(files.no_space_message(
             err, need, f"pass a --workdir on a larger disk; {checkpointer.kept()}")) from None
     finally:
-        _release(batches)
+        _release(run.batches)
         _close(checkpointer, writer, failing=sys.exc_info()[0] is not None)
-    step = int(state.step) if state is not None else 0
-    if evaluation is not None and evaluation.keeper.results:
+    if run.evaluation is not None and run.evaluation.keeper.results:
         summary = {**summary, **{f"dev_{k}": v for k, v in
-                                 evaluation.keeper.results.get("final", {}).items()}}
-    return RunResult(summary, start_step, step, str(checkpointer.directory), state, stopped)
+                                 run.evaluation.keeper.results.get("final", {}).items()}}
+    step = int(state.step) if state is not None else 0
+    late = signals.received if not stopped else None  # came after the last step
+    return RunResult(summary, start_step, step, str(checkpointer.directory), state, stopped,
+                     late)
+
+
+def _train_phases(run: _RunContext, mesh: Mesh, initial_params: Callable[[Params], Params] | None
+                  ) -> tuple[TrainState | None, int, dict, str | None]:
+    """Every sequence-length phase in turn, restoring or initialising the state at the
+    first: (state, the step the run started at, the last metrics, why it stopped)."""
+    exp, signals = run.exp, run.guards.signals
+    state, start_step, summary, stopped = None, 0, {}, None
+    for index, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
+        trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size, length,
+                                exp.seed, exp.accum_steps,
+                                options=StepOptions(dropout_rng=exp.dropout_rng))
+        signals.check()
+        if state is None:
+            state, run.position = _restore_or_init(trainer, run.checkpointer, initial_params)
+            start_step = int(state.step)
+            run.writer.resume_from(start_step)
+            run.writer.open()  # before the first step: an unwritable metrics file fails now
+            signals.check()
+            _record(exp, run.workdir)
+        if int(state.step) >= end_step:
+            continue
+        if run.position["phase"] != index:  # a new phase starts its stream (and carry) anew
+            run.position = {"phase": index, "example_index": 0}
+            state = trainer.reset_carry(state)
+        _release(run.batches)  # the previous phase's pipeline
+        local_batch = exp.batch_size // jax.process_count()
+        run.batches = exp.source.batches(run.position["example_index"], length, local_batch)
+        state, summary, stopped = _train_phase(run, _Phase(trainer, length, end_step,
+                                                           run.batches), state)
+        if stopped:
+            break
+    return state, start_step, summary, stopped
 
 
 def _close(checkpointer: Checkpointer, writer: MetricWriter, failing: bool) -> None:
@@ -396,7 +420,7 @@ class _Guards:
 
 
 def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
-                     initial_params: Callable[[Any], Any] | None) -> tuple[TrainState, dict]:
+                     initial_params: Callable[[Params], Params] | None) -> tuple[TrainState, dict]:
     if checkpointer.latest_step() is not None:  # the newest readable one (see Checkpointer)
         return checkpointer.restore(trainer.abstract_state)
     state = trainer.init() if initial_params is None else trainer.init_from(initial_params)
@@ -411,45 +435,35 @@ def _record(exp: Experiment, workdir: Path) -> None:
                                  exp.objective.config, tokenizer, run_facts(exp))
 
 
-def _train_phase(
-    exp: Experiment,
-    trainer: Trainer,
-    state: TrainState,
-    batches: Iterator[Batch],
-    position: dict,
-    end_step: int,
-    seq_length: int,
-    checkpointer: Checkpointer,
-    writer: MetricWriter,
-    show_progress: bool,
-    evaluation: "_Evaluation | None",
-    guards: _Guards,
-) -> tuple[TrainState, dict, dict, str | None]:
-    step, index = int(state.step), position["example_index"]
+def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
+                 ) -> tuple[TrainState, dict, str | None]:
+    """Steps of one phase up to its end (or a stop): (state, the last logged metrics, why it
+    stopped); `run.position` follows the data."""
+    exp, guards, trainer, evaluation = run.exp, run.guards, phase.trainer, run.evaluation
+    step, index = int(state.step), run.position["example_index"]
     labels = exp.objective.progress + (evaluation.labels if evaluation else ())
-    progress = ProgressBar(exp.num_steps, step, labels, enabled=show_progress)
+    progress = ProgressBar(exp.num_steps, step, labels, enabled=run.show_progress)
     last_time, scalars, stopped = time.perf_counter(), {}, None
     tokens = real_tokens = 0  # token slots (padding included) and real tokens since the last log
-    while step < end_step and not stopped:
-        batch = next(batches)
-        tokens += exp.batch_size * exp.source.padded_length(batch, seq_length)
-        real_tokens += _real_tokens(batch, exp.batch_size * exp.source.padded_length(
-            batch, seq_length))
+    while step < phase.end_step and not stopped:
+        batch = next(phase.batches)
+        slots = exp.batch_size * exp.source.padded_length(batch, phase.seq_length)
+        tokens, real_tokens = tokens + slots, real_tokens + _real_tokens(batch, slots)
         state, metrics = trainer.step(state, trainer.device_batch(batch))
         if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
             guards.signals.started()
         step, index = step + 1, index + exp.batch_size
-        position = {"phase": position["phase"], "example_index": index}
+        run.position = {"phase": run.position["phase"], "example_index": index}
         stopped = guards.stop_reason(step, metrics)
-        if step % exp.log_every == 0 or step == end_step or stopped:
+        if step % exp.log_every == 0 or step == phase.end_step or stopped:
             now = time.perf_counter()
             scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
             scalars.setdefault("param_norm", float(trainer.param_norm(state)))  # log steps only
             scalars["tokens_per_second"] = tokens / (now - last_time)
             scalars["real_tokens_per_second"] = real_tokens / (now - last_time)
-            scalars["seq_length"] = seq_length
+            scalars["seq_length"] = phase.seq_length
             scalars["skipped_steps"] = guards.check_nonfinite()
-            writer.write(step, scalars)
+            run.writer.write(step, scalars)
             progress.update(step, scalars)
             guards.raise_failure()
             last_time, tokens, real_tokens = now, 0, 0
@@ -458,10 +472,10 @@ def _train_phase(
         if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
             progress.note(evaluation(step, state))
         if stopped or (step % exp.checkpoint_every == 0 and step < exp.num_steps):
-            checkpointer.save(step, state, position, force=bool(stopped))
-            writer.flush()
+            run.checkpointer.save(step, state, run.position, force=bool(stopped))
+            run.writer.flush()
     progress.close()
-    return state, position, scalars, stopped
+    return state, scalars, stopped
 
 
 def _real_tokens(batch: Batch, slots: int) -> int:

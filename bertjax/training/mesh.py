@@ -7,7 +7,6 @@ unambiguous sharding in its type; the logical-rules style of flax linen assumes 
 """
 
 from collections.abc import Sequence
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -15,6 +14,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from bertjax.layers.partitioning import MESH_AXES
+from bertjax.typing import PyTree
 
 
 class MeshError(ValueError):
@@ -43,7 +43,7 @@ def mesh_shape(num_devices: int, data: int = -1, fsdp: int = 1, model: int = 1) 
 
 
 def make_mesh(
-    data: int = -1, fsdp: int = 1, model: int = 1, devices: Sequence[Any] | None = None,
+    data: int = -1, fsdp: int = 1, model: int = 1, devices: Sequence[jax.Device] | None = None,
     num_devices: int = -1,
 ) -> Mesh:
     """A (data, fsdp, model) mesh over `devices` (default: all devices), all axes Auto.
@@ -92,7 +92,7 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(("data", "fsdp")))
 
 
-def logical_shardings(abstract_tree: Any, mesh: Mesh, rules: Sequence) -> Any:
+def logical_shardings(abstract_tree: PyTree, mesh: Mesh, rules: Sequence) -> PyTree:
     """NamedShardings for a tree of (possibly nn.Partitioned) abstract values."""
     logical_specs = nn.get_partition_spec(abstract_tree)
     return nn.logical_to_mesh_sharding(logical_specs, mesh, rules)

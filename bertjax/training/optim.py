@@ -10,12 +10,14 @@ LayerNorm or bias), and a learning rate that decays linearly from step 0 to 0 at
 first steps. Both clip the gradients to global norm 1 first, as BERT does.
 """
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+
+from bertjax.typing import Params
 
 OPTIMIZERS = ("adamw", "bert_adam", "lamb")
 
@@ -34,7 +36,7 @@ def decays(name: str) -> bool:
     return not (name.endswith(NO_DECAY_SUFFIX) or name in NO_DECAY_NAMES)
 
 
-def _is_box(x: Any) -> bool:
+def _is_box(x: object) -> bool:
     return isinstance(x, nn.meta.AxisMetadata)  # nn.LogicallyPartitioned and other boxes
 
 
@@ -44,7 +46,7 @@ def _last_name(path: tuple) -> str:
     return str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key))))
 
 
-def decay_mask(params: Any) -> Any:
+def decay_mask(params: Params) -> Params:
     """True for parameters that get weight decay: kernels and embeddings, not biases, LayerNorm
     scales or ScalarMix weights (see `decays`).
 
@@ -52,7 +54,8 @@ def decay_mask(params: Any) -> Any:
     `nn.LogicallyPartitioned` boxes (a box keeps its axis names and holds the bool).
     """
 
-    def flag(path: tuple, leaf: Any) -> Any:
+    def flag(path: tuple, leaf: jax.Array | jax.ShapeDtypeStruct | nn.meta.AxisMetadata
+             ) -> bool | nn.meta.AxisMetadata:
         decayed = decays(_last_name(path)) if path else True
         return leaf.replace_boxed(decayed) if _is_box(leaf) else decayed
 
@@ -86,8 +89,8 @@ def bert_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Sch
 class BertAdamState(NamedTuple):
     """First and second moments of AdamWeightDecay (no step count: no bias correction)."""
 
-    mu: Any
-    nu: Any
+    mu: optax.Updates
+    nu: optax.Updates
 
 
 def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6
@@ -97,11 +100,12 @@ def scale_by_bert_adam(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6
     step moves (1 - b1) / sqrt(1 - b2) = 3.2 times as far as Adam's, the ratio falling to 1
     as the averages fill (warmup keeps those first steps small)."""
 
-    def init(params: Any) -> BertAdamState:
+    def init(params: optax.Params) -> BertAdamState:
         zeros = jax.tree.map(jnp.zeros_like, params)
         return BertAdamState(zeros, jax.tree.map(jnp.zeros_like, params))
 
-    def update(updates: Any, state: BertAdamState, params: Any = None) -> tuple:
+    def update(updates: optax.Updates, state: BertAdamState, params: optax.Params | None = None
+               ) -> tuple[optax.Updates, BertAdamState]:
         del params
         mu = jax.tree.map(lambda g, m: b1 * m + (1 - b1) * g, updates, state.mu)
         nu = jax.tree.map(lambda g, v: b2 * v + (1 - b2) * g * g, updates, state.nu)

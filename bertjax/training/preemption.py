@@ -7,12 +7,12 @@ resumes there. All hosts of a multi-host run agree on the step: a signal seen by
 stops every host at the same step, as does orbax's `reached_preemption` (the sync point of
 JAX's preemption service on TPU pods).
 
-The tools watch from their first second (`watch()`, re-entrant: the loop joins the watch the
-tool began). Until training has started (data preparation, restore, the first step's compile)
-there is nothing to save, so a signal raises `Interrupted` at once; the flag also stays set
-and the loop checks it at each stage (`check`), since CPython drops an exception raised while
-a garbage-collection callback runs, where JAX spends some of its time. A second signal ends
-the process at once (exit status 130), whatever it is doing.
+A run watches once, for its whole length (`watch()`, taken by `bertjax.training.run`, around
+data preparation too). Until training has started (data preparation, restore, the first
+step's compile) there is nothing to save, so a signal raises `Interrupted` at once; the flag
+also stays set and the loop checks it at each stage (`check`), since CPython drops an
+exception raised while a garbage-collection callback runs, where JAX spends some of its time.
+A second signal ends the process at once (exit status 130), whatever it is doing.
 """
 
 import contextlib
@@ -20,15 +20,17 @@ import os
 import signal
 import sys
 import types
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+if TYPE_CHECKING:
+    import orbax.checkpoint as ocp
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_ACTIVE: "StopSignals | None" = None
 
 
 class Interrupted(KeyboardInterrupt):
@@ -41,10 +43,10 @@ class _QuietInterrupts:
     in ..." traceback before the tool's own line. The flag stays set and `check` raises it
     again, so the report says nothing; every other report goes to the hook it wraps."""
 
-    def __init__(self, wrapped: Any) -> None:
+    def __init__(self, wrapped: Callable[["sys.UnraisableHookArgs"], object]) -> None:
         self.wrapped = wrapped
 
-    def __call__(self, report: Any) -> None:
+    def __call__(self, report: "sys.UnraisableHookArgs") -> None:
         if not isinstance(report.exc_value, Interrupted):
             self.wrapped(report)
 
@@ -96,7 +98,7 @@ class StopSignals:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
-    def should_stop(self, step: int, manager: Any = None) -> str | None:
+    def should_stop(self, step: int, manager: "ocp.CheckpointManager | None" = None) -> str | None:
         """Why to stop after `step` ("SIGTERM", "SIGINT", "preemption"), or None."""
         reason = self.received
         if jax.process_count() > 1:
@@ -108,22 +110,9 @@ class StopSignals:
         return reason
 
 
-def received() -> str | None:
-    """The stop signal the process's watch has noted ("SIGTERM", ...), or None: a tool asks
-    at its end, when a signal after the last step stopped nothing."""
-    return _ACTIVE.received if _ACTIVE is not None else None
-
-
 @contextlib.contextmanager
 def watch() -> Iterator[StopSignals]:
-    """The process's StopSignals: installed by the outermost `watch`, shared by inner ones."""
-    global _ACTIVE
-    if _ACTIVE is not None:
-        yield _ACTIVE
-        return
+    """StopSignals for the block: SIGTERM and SIGINT handled by the run, the previous
+    handlers back when it ends."""
     with StopSignals() as signals:
-        _ACTIVE = signals
-        try:
-            yield signals
-        finally:
-            _ACTIVE = None
+        yield signals

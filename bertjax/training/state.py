@@ -1,10 +1,10 @@
 """Training state: one pytree holding everything a resume needs from the device side."""
 
-from typing import Any
-
 import flax.struct
 import jax
 import optax
+
+from bertjax.typing import Params
 
 
 @flax.struct.dataclass
@@ -13,14 +13,14 @@ class TrainState:
     state a step hands to the next (`carry`: ELMo's LSTM state in stream mode, else empty)."""
 
     step: jax.Array
-    params: Any
+    params: Params
     opt_state: optax.OptState
     rng: jax.Array
     carry: dict[str, jax.Array]
 
 
-def create_state(params: Any, tx: optax.GradientTransformation, seed: int,
-                 carry: dict[str, Any] | None = None) -> TrainState:
+def create_state(params: Params, tx: optax.GradientTransformation, seed: int,
+                 carry: dict[str, jax.typing.ArrayLike] | None = None) -> TrainState:
     """Fresh state at step 0 for `params` (and the initial `carry`)."""
     return TrainState(
         step=jax.numpy.zeros((), jax.numpy.int32),

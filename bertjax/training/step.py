@@ -11,16 +11,16 @@ parameter norm is logged by the loop on logging steps only (`param_norm`).
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from bertjax.training.state import TrainState
+from bertjax.typing import Params
 
 Array = jax.Array
-LossFn = Callable[[Any, dict[str, Array], Array | None], tuple[Array, dict[str, Array]]]
+LossFn = Callable[[Params, dict[str, Array], Array | None], tuple[Array, dict[str, Array]]]
 DROPOUT_RNGS = ("threefry", "rbg", "unsafe_rbg")
 
 
@@ -58,8 +58,8 @@ def step_key(rng_data: Array, step: Array, dropout_rng: str = "threefry") -> Arr
 
 
 def _grads_and_metrics(
-    loss_fn: LossFn, params: Any, batch: dict[str, Array], rng: Array, accum_steps: int
-) -> tuple[Any, dict[str, Array]]:
+    loss_fn: LossFn, params: Params, batch: dict[str, Array], rng: Array, accum_steps: int
+) -> tuple[Params, dict[str, Array]]:
     """Gradients averaged over `accum_steps` micro-batches, scanned so memory is one micro-batch.
 
     Micro-batch i takes examples i, i + accum_steps, ... so each device keeps its own slice of

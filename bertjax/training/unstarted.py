@@ -21,8 +21,6 @@ from bertjax.files import Path, absolute
 from bertjax.training import preemption
 from bertjax.training import workdir as workdir_lib
 
-_ACTIVE: set[str] = set()  # workdirs whose outermost block is open (the block is re-entrant)
-
 
 def _entries(workdir: Path) -> set[str]:
     return {p.name for p in workdir.iterdir()} if workdir.is_dir() else set()
@@ -33,21 +31,17 @@ def discard_if_interrupted(workdir: str | os.PathLike) -> Iterator[None]:
     """Within the block, a new run (no checkpoint yet) that is interrupted before training
     started leaves `workdir` as the block found it (process 0 removes what it wrote)."""
     path = absolute(workdir)
-    key = os.fspath(path)
-    if key in _ACTIVE or jax.process_index() != 0:
+    if jax.process_index() != 0:
         yield
         return
     new_run = workdir_lib.latest_checkpoint(path) is None
     before = _entries(path)
-    _ACTIVE.add(key)
     try:
         yield
     except preemption.Interrupted:
         if new_run:
             _remove_new(path, before)
         raise
-    finally:
-        _ACTIVE.discard(key)
 
 
 def _remove_new(workdir: Path, before: set[str]) -> None:

@@ -1,20 +1,28 @@
 """A run's workdir record, WORKDIR/model.json: the model family, its config and its tokenizer.
 
 Written by the training loop once a run starts (after its checks and restore), for every
-family, so the tools that load a checkpoint (bertjax-generate, bertjax-embed, fine-tuning)
-know what the workdir holds while the run is still going:
+family, so the tools that load a checkpoint (bertjax-generate, bertjax-embed, fine-tuning,
+export) know what the workdir holds while the run is still going:
 
-    {"family": "gpt", "objective": "gpt_pretraining",
+    {"format": 1, "family": "gpt", "objective": "gpt_pretraining",
      "config_class": "bertjax.models.gpt.GptConfig", "config": {...},
      "tokenizer": {"kind": "bpe", "files": {"vocab": "vocab.json", ...}, "vocab_size": 4096,
                    "sha256": {"vocab": "...", ...}},
      "data": {"corpus": "stdlib", "batch_size": 256}}
+
+The record is a file format (docs/design.md, "The run record"): its version is FORMAT (a
+record without one is version 1, as bertjax wrote them before it said so), the families are
+FAMILIES and an objective's name says what its run trains (`role`), in the names below, which
+never change meaning. `read_record` is the one reader; it refuses, in one line, a record of a
+newer format, an unknown family or an objective no family has.
 
 Tokenizer files are named relative to the workdir, so a workdir can be copied elsewhere. Their
 digests let a resume refuse, before any compute, to go on with a tokenizer file that is missing
 or changed: the checkpoint's embedding rows mean the token ids it was trained with. A changed
 corpus or batch size is legitimate and announced in one line.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import hashlib
@@ -23,15 +31,59 @@ import json
 import logging
 import os
 import pathlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertjax.files import as_path, is_remote, local_copy, write_text
 
+if TYPE_CHECKING:  # the record stays readable without importing flax
+    from bertjax.models.sizes import FamilyConfig
+
 RECORD = "model.json"
+TASK_RECORD = "task.json"  # a fine-tuning run's task, labels, tokenizer (task_record.py)
+FORMAT = 1
+FAMILIES = ("bert", "gpt", "elmo")
+# A fine-tuned head's name in an objective ("bert_classify", "elmo_pair_regress", ...):
+# classes, a score, a choice among endings, a class per word, an answer span.
+HEADS = ("classify", "regress", "choice", "tag", "span")
+FAMILY_HEADS = {"bert": HEADS, "elmo": ("classify", "regress", "tag")}  # pair_*: ELMo only
+GPT_TRANSFORMATIONS = ("classification", "entailment", "similarity", "multiple_choice")
 
 
 class RecordError(ValueError):
     """A workdir whose model cannot be identified or is of the wrong family."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Role:
+    """What a run trains, as its objective's name records it.
+
+    kind: "pretraining" (every family), "ltr_pretraining" (BERT's left-to-right ablation),
+    "head" (a fine-tuned head, `name` one of HEADS; `pair`: ELMo's two-sentence task model),
+    "features" (BERT's feature-based tagger, `name` its layer combination) or
+    "transformation" (GPT fine-tuning, `name` one of GPT_TRANSFORMATIONS)."""
+
+    kind: str
+    name: str = ""
+    pair: bool = False
+
+
+def role(family: str, objective: str) -> Role:
+    """The Role an objective name records; one line naming both when no family has it."""
+    rest = objective.removeprefix(f"{family}_") if objective.startswith(f"{family}_") else None
+    if rest == "pretraining":
+        return Role("pretraining")
+    if family == "bert" and rest == "ltr_pretraining":
+        return Role("ltr_pretraining")
+    if family == "bert" and rest is not None and rest.startswith("features_"):
+        return Role("features", rest.removeprefix("features_"))
+    if family == "gpt" and rest in GPT_TRANSFORMATIONS:
+        return Role("transformation", rest)
+    pair = family == "elmo" and rest is not None and rest.startswith("pair_")
+    head = rest.removeprefix("pair_") if pair else rest
+    if head in FAMILY_HEADS.get(family, ()) and not (pair and head == "tag"):
+        return Role("head", head, pair)
+    raise RecordError(f"objective {objective!r} of a {family} run is not one this bertjax "
+                      "knows: export or load it with the bertjax version that trained it")
 
 
 def file_digest(path: str | os.PathLike) -> str:
@@ -39,7 +91,7 @@ def file_digest(path: str | os.PathLike) -> str:
     return hashlib.sha256(as_path(path).read_bytes()).hexdigest()
 
 
-def write_record(workdir: str | os.PathLike, family: str, objective: str, config: Any,
+def write_record(workdir: str | os.PathLike, family: str, objective: str, config: FamilyConfig,
                  tokenizer: dict[str, Any], data: dict[str, Any] | None = None) -> None:
     """Write WORKDIR/model.json (atomically) for `config`, a family config dataclass, with the
     digest of each tokenizer file in the workdir and the `data` a run trains on."""
@@ -50,7 +102,7 @@ def write_record(workdir: str | os.PathLike, family: str, objective: str, config
                if (workdir / name).is_file()}
     if digests:
         tokenizer = {**tokenizer, "sha256": digests}
-    payload = {"family": family, "objective": objective,
+    payload = {"format": FORMAT, "family": family, "objective": objective,
                "config_class": f"{cls.__module__}.{cls.__qualname__}",
                "config": dataclasses.asdict(config), "tokenizer": tokenizer}
     if data:
@@ -112,6 +164,16 @@ def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
         raise RecordError(f"{path}: not valid JSON ({e}): restore it or retrain") from None
     if not isinstance(record, dict) or "family" not in record or "config" not in record:
         raise RecordError(f"{path}: has no 'family' and 'config': it was not written by bertjax")
+    version = record.get("format", 1)
+    if not isinstance(version, int) or version > FORMAT:
+        raise RecordError(f"{path} is of record format {version!r}, newer than this bertjax's "
+                          f"({FORMAT}): upgrade bertjax to read it")
+    if record["family"] not in FAMILIES:
+        raise RecordError(f"{path} records family {record['family']!r}, which this bertjax "
+                          f"does not have ({', '.join(FAMILIES)}): use the bertjax version "
+                          "that trained it")
+    if record.get("objective"):  # one line for an objective no family has
+        role(record["family"], record["objective"])
     return record
 
 
@@ -132,7 +194,7 @@ def expect_family(workdir: str | os.PathLike, family: str, tool: str) -> dict[st
     return record
 
 
-def model_config(record: dict[str, Any], **overrides: Any) -> Any:
+def model_config(record: dict[str, Any], **overrides: Any) -> FamilyConfig:
     """The recorded model config, rebuilt by its class (with `overrides`, e.g. remat=False)."""
     module, _, name = record.get("config_class", "").rpartition(".")
     try:
@@ -158,3 +220,16 @@ def tokenizer_file(workdir: str | os.PathLike, record: dict[str, Any], role: str
         raise RecordError(f"{path}, which {as_path(workdir) / RECORD} names, is missing: "
                           "restore it")
     return local_copy(path)
+
+
+def read_task_record(workdir: str | os.PathLike) -> dict[str, Any] | None:
+    """The task record of `workdir`, or None when the workdir has none (not a fine-tuning
+    run, or one written before runs recorded their task)."""
+    path = as_path(workdir) / TASK_RECORD
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{path}: not valid JSON ({e}): rerun bertjax-finetune with the same "
+                         "flags to write it again") from None

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
+from bertjax.finetune.outputs import CLASSES
 from bertjax.training.checkpoint import restore_saved_params
 from tests.gcs import gcs_bucket  # noqa: F401 - the fixture
 from tests.in_process import run_tool
@@ -213,7 +214,7 @@ def test_fine_tuned_classifier_exports_with_its_labels(classifier_run, tmp_path)
     params, _, which = restore_saved_params(classifier_run)  # the best checkpoint
     assert which == "best"
     config = model_config(read_record(classifier_run))
-    ours = BertHead(config, "classify", 3).apply({"params": params}, ids, segments, mask)
+    ours = BertHead(config, CLASSES, 3).apply({"params": params}, ids, segments, mask)
     np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=0)
     encoder = exported(classifier_run, tmp_path / "encoder", "--encoder_only")
     assert type(load(encoder, "AutoModel")).__name__ == "BertModel"

@@ -10,7 +10,7 @@ from importlib.metadata import distribution
 
 import pytest
 
-import bertjax.cli as cli_package
+import bertjax.cli.process as cli_process
 from tests.in_process import run_tool
 from tests.process_env import process_env
 
@@ -175,14 +175,14 @@ def test_start_shows_the_backend_and_no_tensorflow_chatter(trained, bert_sample)
 
 
 def test_cpu_is_the_default_only_without_an_accelerator(monkeypatch):
-    monkeypatch.setattr(cli_package.glob, "glob", lambda pattern: [])
-    assert not cli_package.has_accelerator()
-    monkeypatch.setattr(cli_package.glob, "glob",
+    monkeypatch.setattr(cli_process.glob, "glob", lambda pattern: [])
+    assert not cli_process.has_accelerator()
+    monkeypatch.setattr(cli_process.glob, "glob",
                         lambda pattern: ["/dev/nvidia0"] if "nvidia" in pattern else [])
-    assert cli_package.has_accelerator()
-    monkeypatch.setattr(cli_package.glob, "glob",
+    assert cli_process.has_accelerator()
+    monkeypatch.setattr(cli_process.glob, "glob",
                         lambda pattern: ["/dev/accel0"] if "accel" in pattern else [])
-    assert cli_package.has_accelerator()
+    assert cli_process.has_accelerator()
 
 
 def test_misspelled_macro_is_an_error_naming_the_real_one(trained, bert_sample):

@@ -16,6 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 from bertjax.convert import export, hf_bert, hf_gpt, scan
 from bertjax.finetune.heads.bert import BertHead
+from bertjax.finetune.outputs import CLASSES, output_of_head
 from bertjax.models.bert import bert_config
 from bertjax.models.gpt import GptLM, abstract_params, gpt_config
 
@@ -80,7 +81,7 @@ def test_bert_heads_give_bertjax_outputs_in_transformers(kind, tmp_path):
     torch = pytest.importorskip("torch")
     auto_class, num_labels, extra = HEADS[kind]
     config = bert_config("tiny", **BERT)
-    head = BertHead(config, kind, num_labels)
+    head = BertHead(config, output_of_head(kind), num_labels)
     rng = np.random.default_rng(1)
     shape = (2, 3, 9) if kind == "choice" else (3, 9)
     ids = rng.integers(5, BERT["vocab_size"], shape).astype(np.int32)
@@ -112,7 +113,7 @@ def test_bert_heads_give_bertjax_outputs_in_transformers(kind, tmp_path):
 
 def test_a_head_behind_a_bilstm_is_refused(tmp_path):
     config = bert_config("tiny", **BERT)
-    head = BertHead(config, "classify", 2, bilstm=8)
+    head = BertHead(config, CLASSES, 2, bilstm=8)
     ids = np.ones((1, 6), np.int32)
     shapes = nn.unbox(jax.eval_shape(lambda: head.init(jax.random.key(0), ids, ids, ids)))
     tokenizer = {"kind": "wordpiece", "files": {"vocab": "vocab.txt"}, "lower_case": True}

@@ -15,6 +15,7 @@ from bertjax.convert.hf_bert import load_hf_bert
 from bertjax.finetune import qa
 from bertjax.finetune.heads.bert import bert_finetuning, with_pretrained_encoder
 from bertjax.finetune.heads.bert_features import FeatureSpec, extract_features
+from bertjax.finetune.outputs import output_of_head
 from bertjax.models.bert import BertModel
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training.loop import build_trainer
@@ -78,7 +79,7 @@ def stack(rows):
 
 def fine_tune(pretrained, kind, train_rows, num_labels=2, steps=60, lr=5e-5):
     config, encoder = pretrained
-    task = bert_finetuning(config, kind, num_labels)
+    task = bert_finetuning(config, output_of_head(kind), num_labels)
     tx = make_optimizer(learning_rate=lr, warmup_steps=6, total_steps=steps, clip_norm=1.0)
     trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 16, SEQ)
     state = trainer.init()

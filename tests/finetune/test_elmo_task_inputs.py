@@ -14,6 +14,7 @@ from bertjax.finetune.heads.elmo import (
     ElmoTaskSettings,
     elmo_task_objective,
 )
+from bertjax.finetune.outputs import CLASSES, WORD_CLASSES
 from bertjax.models.elmo import elmo_config
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
@@ -38,13 +39,13 @@ def sentences(objective, seed=0, length=8):
     return batch
 
 
-@pytest.mark.parametrize("task", ["classify", "tag"])
+@pytest.mark.parametrize("task", ["classes", "word_classes"])
 def test_the_task_model_reads_the_words_not_the_bilms_sentence_boundaries(task):
     """With the mix on the biLM's context-free layer 0, the biLM's vectors of <S> and </S>
     reach the task model only if it reads those positions: AllenNLP strips them, so changing
     them must change no output (tagging: no word's logits, word k at position k)."""
     config = elmo_config("tiny", vocab_size=VOCAB, token_encoder="word")
-    objective = elmo_task_objective(config, task, 3)
+    objective = elmo_task_objective(config, CLASSES if task == "classes" else WORD_CLASSES, 3)
     batch = sentences(objective)
     params = nn.unbox(objective.init_variables(jax.random.key(0), batch))["params"]
     params["input_mix"]["scalars"] = jnp.asarray([40.0, -40.0, -40.0])  # layer 0 only
@@ -53,7 +54,7 @@ def test_the_task_model_reads_the_words_not_the_bilms_sentence_boundaries(task):
         jnp.asarray([BOS_ID, EOS_ID])].set(jax.random.normal(jax.random.key(1), (2, 64)))}}}
     out = np.asarray(objective.model.apply({"params": params}, batch))
     changed = np.asarray(objective.model.apply({"params": other}, batch))
-    if task == "tag":
+    if task == "word_classes":
         words = np.arange(out.shape[1])[None, :] < np.asarray(WORDS)[:, None]
         out, changed = out[words], changed[words]
     np.testing.assert_allclose(changed, out, rtol=1e-5, atol=1e-6)
@@ -68,7 +69,7 @@ def test_the_unknown_words_vector_is_trained():
     rows = {}
     for rate in (0.0, 0.3):
         settings = ElmoTaskSettings(word_embed_dim=8, word_vocab_size=20, word_dropout=rate)
-        objective = elmo_task_objective(config, "classify", 2, settings)
+        objective = elmo_task_objective(config, CLASSES, 2, settings)
         tx = make_optimizer(learning_rate=1e-2, warmup_steps=0, total_steps=6, weight_decay=0.0,
                             frozen=FROZEN)
         trainer = build_trainer(objective, tx, make_mesh(devices=jax.devices()[:1]), 4, 8)

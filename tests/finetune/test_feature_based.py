@@ -24,19 +24,20 @@ from bertjax.finetune.heads.bert_features import (
 from bertjax.finetune.heads.bert_features import FROZEN as BERT_FROZEN
 from bertjax.finetune.heads.elmo import FROZEN as ELMO_FROZEN
 from bertjax.finetune.heads.elmo import (
-    TASKS,
     ElmoTaskSettings,
     elmo_task_objective,
     mix_weights,
     with_pretrained_bilm,
 )
+from bertjax.finetune.outputs import CLASSES, SCORE, SPANS, WORD_CLASSES
 from bertjax.layers.bilstm import BiLstmEncoder
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.models.elmo import abstract_params, elmo_config
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, UNK, learn_vocabulary, tokenize
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, basic_tokenize
+from bertjax.training import Job, run
 from bertjax.training.experiment import Experiment
-from bertjax.training.loop import build_trainer, run
+from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 from tests.conftest import shared_file
@@ -126,7 +127,7 @@ def random_batch(objective, batch_size, seq_length, seed=0):
 def test_frozen_subtree_is_unchanged_and_has_no_optimizer_state(family):
     if family == "elmo":
         config = tiny_elmo(token_encoder="word")
-        objective, frozen = elmo_task_objective(config, "classify", 2), ELMO_FROZEN
+        objective, frozen = elmo_task_objective(config, CLASSES, 2), ELMO_FROZEN
     else:
         objective, frozen = bert_feature_objective(tiny_bert(), "sum_all", 2, 8), BERT_FROZEN
     # weight decay on: a frozen subtree must not even decay
@@ -158,7 +159,13 @@ def test_frozen_subtree_is_unchanged_and_has_no_optimizer_state(family):
 # ---------------------------------------------------------------- ELMo task model: layouts
 
 
-@pytest.mark.parametrize("task", TASKS)
+# the ELMo task models: (what it predicts, of two sentences), by their recorded names
+TASK_MODELS = {"classify": (CLASSES, False), "pair_classify": (CLASSES, True),
+               "regress": (SCORE, False), "pair_regress": (SCORE, True),
+               "tag": (WORD_CLASSES, False)}
+
+
+@pytest.mark.parametrize("task", TASK_MODELS)
 @pytest.mark.parametrize("settings", [
     ElmoTaskSettings(),
     ElmoTaskSettings(placement="input_output", word_embed_dim=8, word_vocab_size=20,
@@ -167,8 +174,10 @@ def test_frozen_subtree_is_unchanged_and_has_no_optimizer_state(family):
 ], ids=["input", "input_output", "top_only"])
 def test_elmo_task_shapes_for_every_task_and_setting(task, settings):
     config = tiny_elmo()
-    num_labels = 1 if task.endswith("regress") else 3
-    objective = elmo_task_objective(config, task, num_labels, settings)
+    output, pair = TASK_MODELS[task]
+    num_labels = 1 if output is SCORE else 3
+    objective = elmo_task_objective(config, output, num_labels, settings, pair)
+    assert objective.name == f"elmo_{task}"
     batch = objective.example_batch(2, 6)
     assert ("word_ids" in batch) == bool(settings.word_embed_dim)  # [x_k; ELMo_k]
     assert "token_ids" not in batch  # a char-CNN biLM reads characters
@@ -189,10 +198,12 @@ def test_elmo_task_shapes_for_every_task_and_setting(task, settings):
 
 
 def test_elmo_task_refuses_bad_settings():
-    with pytest.raises(ValueError, match="choose one of classify"):
-        elmo_task_objective(tiny_elmo(), "ner", 3)
+    with pytest.raises(ValueError, match="predicts classes, score, word_classes .* not spans"):
+        elmo_task_objective(tiny_elmo(), SPANS, 3)
+    with pytest.raises(ValueError, match="not word_classes of two"):
+        elmo_task_objective(tiny_elmo(), WORD_CLASSES, 3, pair=True)
     with pytest.raises(ValueError, match="num_labels=1"):
-        elmo_task_objective(tiny_elmo(), "regress", 3)
+        elmo_task_objective(tiny_elmo(), SCORE, 3)
     with pytest.raises(ValueError, match="placement"):
         ElmoTaskSettings(placement="output")
     with pytest.raises(ValueError, match="word_vocab_size"):
@@ -207,7 +218,7 @@ def random_like(abstract, seed):
 def test_with_pretrained_bilm_copies_all_but_the_softmax():
     config = tiny_elmo()
     bilm_params = random_like(abstract_params(config), 1)  # with its [50, P] softmax
-    task = elmo_task_objective(config, "tag", 3)
+    task = elmo_task_objective(config, WORD_CLASSES, 3)
     abstract = jax.eval_shape(task.init_variables, jax.random.key(0), task.example_batch(1, 4))
     params = random_like(nn.unbox(abstract["params"]), 2)
     placed = with_pretrained_bilm(params, bilm_params)
@@ -223,7 +234,8 @@ def test_with_pretrained_bilm_copies_all_but_the_softmax():
 
 def test_mix_weights_report_every_mix():
     config = tiny_elmo(token_encoder="word")
-    task = elmo_task_objective(config, "classify", 2, ElmoTaskSettings(placement="input_output"))
+    task = elmo_task_objective(config, CLASSES, 2,
+                               ElmoTaskSettings(placement="input_output"))
     params = nn.unbox(task.init_variables(jax.random.key(0), task.example_batch(1, 4)))["params"]
     report = mix_weights(params)
     assert sorted(report) == ["input_mix", "output_mix"]
@@ -233,7 +245,7 @@ def test_mix_weights_report_every_mix():
     json.dumps(report)  # the CLI writes it to eval_results.json
     for settings, names in [(ElmoTaskSettings(), ["input_mix"]),
                             (ElmoTaskSettings(top_layer_only=True), [])]:
-        task = elmo_task_objective(config, "classify", 2, settings)
+        task = elmo_task_objective(config, CLASSES, 2, settings)
         abstract = jax.eval_shape(task.init_variables, jax.random.key(0), task.example_batch(1, 4))
         report = mix_weights(random_like(nn.unbox(abstract["params"]), 0))
         assert sorted(report) == names
@@ -297,13 +309,13 @@ def agnews_elmo(tmp_path_factory):
     steps, results = 300, {}
     for l2_coef in (0.001, 1.0):
         settings = ElmoTaskSettings(l2_coef=l2_coef, elmo_dropout=0.0, hidden_size=64)
-        objective = elmo_task_objective(config, "classify", len(classes), settings)
+        objective = elmo_task_objective(config, CLASSES, len(classes), settings)
         tx = make_optimizer(learning_rate=1e-2, warmup_steps=20, total_steps=steps,
                             weight_decay=0.0, frozen=ELMO_FROZEN)
         exp = Experiment(objective, ArraySource(train, seed=1), tx, batch_size=32,
                          num_steps=steps, seq_phases=((1.0, AG_T),), log_every=100,
                          checkpoint_every=steps)
-        result = run(exp, tmp_path_factory.mktemp(f"elmo_{l2_coef}"), mesh, show_progress=False)
+        result = run(Job(exp), tmp_path_factory.mktemp(f"elmo_{l2_coef}"), mesh=mesh)
         params = jax.device_get(result.state.params)
         results[l2_coef] = {"accuracy": elmo_accuracy(objective, params, test),
                             "mix": mix_weights(params)["input_mix"]}

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bertjax.finetune.heads.bert import bert_finetuning
+from bertjax.finetune.outputs import CLASSES, SCORE
 from bertjax.finetune.packed import PackedArraySource
 from bertjax.models.bert import bert_config
 
@@ -49,10 +50,10 @@ def test_every_example_once_per_epoch_and_resumable_rows():
             assert batch["cls_positions"][r, k] == np.flatnonzero(where)[0]
 
 
-@pytest.mark.parametrize("kind", ["classify", "regress"])
-def test_packed_rows_give_the_unpacked_logits_and_gradients(kind):
+@pytest.mark.parametrize("output", [CLASSES, SCORE], ids=["classes", "score"])
+def test_packed_rows_give_the_unpacked_logits_and_gradients(output):
     arrays = encoded(24)
-    if kind == "regress":
+    if output is SCORE:
         arrays["label"] = np.linspace(0.0, 5.0, 24, dtype=np.float32)
     source = PackedArraySource(arrays, K, seed=0)
     members = source.members(0, 8)
@@ -61,8 +62,8 @@ def test_packed_rows_give_the_unpacked_logits_and_gradients(kind):
     unpacked = {k: v[order] for k, v in arrays.items()}
     config = bert_config("tiny", vocab_size=300, max_position_embeddings=L, dropout_rate=0.0,
                          attention_dropout_rate=0.0)
-    plain = bert_finetuning(config, kind, num_labels=4)
-    with_packing = bert_finetuning(config, kind, num_labels=4, packed_sequences=K)
+    plain = bert_finetuning(config, output, num_labels=4)
+    with_packing = bert_finetuning(config, output, num_labels=4, packed_sequences=K)
     params = nn.unbox(plain.init_variables(jax.random.key(0), unpacked)["params"])
 
     logits_u = jax.jit(plain.model.apply)({"params": params}, unpacked["input_ids"],

@@ -150,3 +150,22 @@ def test_departures_are_said(name):
     assert "Not in the paper" in text or "Not as the paper" in text, name
     for words in NOT_FROM_THE_PAPER[name]:
         assert words in text, (name, words)
+
+
+def test_a_recipe_is_its_familys_and_refuses_another_familys_setting():
+    """Recipe(family, ...) is BertRecipe / GptRecipe / ElmoRecipe: each holds the shared
+    settings and its own; another family's setting, or an unknown family, is one line."""
+    from bertjax.finetune.recipe import BertRecipe, ElmoRecipe, GptRecipe
+
+    assert type(Recipe("bert", "classification", packed_sequences=4)) is BertRecipe
+    assert type(Recipe("gpt", "classification", lm_coef=0.0)) is GptRecipe
+    assert type(Recipe("elmo", "classification", mix_l2=1.0)) is ElmoRecipe
+    assert not hasattr(Recipe("gpt", "classification"), "packed_sequences")
+    with pytest.raises(ValueError, match="finetune.lm_coef is a GPT setting; this recipe "
+                                         "fine-tunes BERT"):
+        Recipe("bert", "classification", lm_coef=0.0)
+    with pytest.raises(ValueError, match="finetune.lstm_size is a BERT and ELMO setting; this "
+                                         "recipe fine-tunes GPT"):
+        Recipe("gpt", "classification", lstm_size=10)
+    with pytest.raises(ValueError, match="finetune.family is 't5': choose one of bert, gpt"):
+        Recipe("t5", "classification")

@@ -14,8 +14,9 @@ from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.elmo import ElmoBiLM, elmo_config, zero_carry
 from bertjax.objectives.bilm import elmo_pretraining
 from bertjax.tokenizers.elmo_vocab import sentence_char_ids
+from bertjax.training import Job, run
 from bertjax.training.experiment import Experiment
-from bertjax.training.loop import build_trainer, run
+from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -154,7 +155,7 @@ def trained(wikitext_valid, tmp_path_factory):
     mesh = make_mesh(devices=jax.devices()[:1])
     init_state = build_trainer(task, tx, mesh, BATCH, LENGTH).init()
     init = jax.device_get(init_state.params)
-    run(exp, workdir, mesh, show_progress=False)
+    run(Job(exp), workdir, mesh=mesh)
     eval_source = ElmoSource(corpus=held_out, corpus_format="plain", tokenizer="whitespace",
                              vocab=str(workdir / "elmo_vocab.txt"), max_chars=config.max_chars)
     eval_source.prepare(directory / "eval")

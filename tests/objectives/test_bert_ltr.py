@@ -10,6 +10,7 @@ from bertjax.data.bert.instances import PretrainingConfig, iterate_examples
 from bertjax.data.bert.masking import SpecialIds
 from bertjax.data.bert.nsp import Corpus
 from bertjax.finetune.heads.bert import BertHead
+from bertjax.finetune.outputs import CLASSES
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.objectives.pretraining import bert_ltr_pretraining, next_token_positions
 
@@ -68,7 +69,7 @@ def test_causal_bert_pools_the_last_real_token():
     changed[:, 1] += 1  # an early token reaches the pooled output through the causal mask
     out2 = model.apply({"params": params}, changed, batch["segment_ids"], batch["input_mask"])
     assert not np.allclose(out["pooled_output"], out2["pooled_output"])
-    head = BertHead(config, "classify", 4, bilstm=16)  # Table 5's "+ BiLSTM" on top
+    head = BertHead(config, CLASSES, 4, bilstm=16)  # Table 5's "+ BiLSTM" on top
     hp = head.init(jax.random.key(1), batch["input_ids"], batch["segment_ids"],
                    batch["input_mask"])["params"]
     assert head.apply({"params": hp}, batch["input_ids"], batch["segment_ids"],

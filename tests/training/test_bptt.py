@@ -12,8 +12,8 @@ import pytest
 from bertjax.data.elmo.source import ElmoSource
 from bertjax.models.elmo import elmo_config
 from bertjax.objectives.bilm import elmo_pretraining
+from bertjax.training import Job, run
 from bertjax.training.experiment import Experiment
-from bertjax.training.loop import run
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -39,7 +39,7 @@ def train(workdir, corpus, steps, checkpoint_every=100, devices=2, batch_size=4)
     tx = make_optimizer(learning_rate=1e-2, warmup_steps=1, total_steps=10, weight_decay=0.0)
     exp = Experiment(objective, source, tx, batch_size=batch_size, num_steps=steps,
                      seq_phases=((1.0, 6),), log_every=1, checkpoint_every=checkpoint_every)
-    return run(exp, workdir, make_mesh(devices=jax.devices()[:devices]), show_progress=False)
+    return run(Job(exp), workdir, mesh=make_mesh(devices=jax.devices()[:devices]))
 
 
 def final(workdir):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bertjax.finetune.heads.bert import bert_finetuning, with_pretrained_encoder
+from bertjax.finetune.outputs import CLASSES
 from bertjax.models.bert import bert_config
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
@@ -18,7 +19,7 @@ def trainer():
     config = bert_config("tiny", vocab_size=128, max_position_embeddings=64)
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
     mesh = make_mesh(data=2, model=2, devices=jax.devices()[:4])
-    return build_trainer(bert_finetuning(config, "classify", 3), tx, mesh, 8, 32, seed=3)
+    return build_trainer(bert_finetuning(config, CLASSES, 3), tx, mesh, 8, 32, seed=3)
 
 
 def pretrained_encoder(trainer, seed=0):

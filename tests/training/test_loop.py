@@ -9,9 +9,10 @@ import pytest
 from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.models.bert import bert_config
 from bertjax.objectives.pretraining import bert_pretraining
+from bertjax.training import Job, run
 from bertjax.training.checkpoint import Checkpointer
 from bertjax.training.experiment import Experiment
-from bertjax.training.loop import build_trainer, phase_plan, run
+from bertjax.training.loop import build_trainer, phase_plan
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
@@ -43,7 +44,7 @@ def train(workdir, source, num_steps, lr=2e-3, phases=((1.0, SEQ),), devices=2):
         log_every=5,
         checkpoint_every=1000,
     )
-    return run(exp, workdir, make_mesh(devices=jax.devices()[:devices]), show_progress=False)
+    return run(Job(exp), workdir, mesh=make_mesh(devices=jax.devices()[:devices]))
 
 
 @pytest.mark.e2e  # whether it learns; the fast tier's runs check the loop's mechanics

@@ -26,6 +26,7 @@ group at a time (the next one in the background), sorts it by row and serves the
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import dataclasses
 import functools
@@ -38,7 +39,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import seqio
@@ -366,7 +366,7 @@ def _pipeline_options_class() -> type | None:
 
     class BertjaxCacheOptions(options.PipelineOptions):
         @classmethod
-        def _add_argparse_args(cls, parser: Any) -> None:
+        def _add_argparse_args(cls, parser: argparse.ArgumentParser) -> None:
             parser.add_argument(f"--{SETTINGS_OPTION}", default=None,
                                 help="bertjax.data.bert.cache settings (JSON or path)")
 

@@ -14,9 +14,10 @@ training from it needs the vocabulary but never reads or tokenizes the corpus.
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 import numpy as np
@@ -40,6 +41,11 @@ from bertjax.data.bert.nsp import Corpus, check_corpus
 from bertjax.data.source import DataError, Example, FeatureSpec, Source
 from bertjax.files import as_path
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
+
+if TYPE_CHECKING:
+    import seqio
+
+S = TypeVar("S")  # a cache settings class (bertjax.data.bert.cache.Settings)
 
 
 class BertPretrainingSource(Source):
@@ -133,7 +139,7 @@ class BertPretrainingSource(Source):
         except ValueError as e:
             raise DataError(f"{self.setting}: {e}") from None
 
-    def prepare(self, workdir: str) -> None:
+    def prepare(self, workdir: str | os.PathLike) -> None:
         """As the base; with a cache_dir only the vocabulary, which the cache was built with."""
         if not self.cache_dir:
             return super().prepare(workdir)
@@ -164,7 +170,7 @@ class BertPretrainingSource(Source):
     def feature_spec(self, seq_length: int, batch_size: int) -> FeatureSpec:
         return feature_spec(self.config(seq_length))
 
-    def cache_settings(self, seq_length: int, settings_class: type) -> Any:
+    def cache_settings(self, seq_length: int, settings_class: type[S]) -> S:
         """The cache settings (`bertjax.data.bert.cache.Settings`) whose cache holds what this
         source builds at `seq_length`."""
         options = {k: v for k, v in self.options.items() if k != "masking"}
@@ -175,7 +181,7 @@ class BertPretrainingSource(Source):
                               max_predictions_per_seq=self.config(seq_length).max_predictions_per_seq,
                               **options)
 
-    def cache_task(self, seq_length: int) -> Any:
+    def cache_task(self, seq_length: int) -> seqio.Task:
         """The seqio Task of this source's cache at `seq_length`; a one-line error if absent."""
         from bertjax.data.bert import (
             cache as pretraining_cache,  # seqio caching: only with a cache_dir

@@ -13,24 +13,32 @@ Pairs are cut longest-first until they fit, the second text on a tie (google-res
 `_truncate_seq_pair`). Arrays are right-padded with 0 to `max_length`.
 """
 
-from collections.abc import Sequence
-from typing import Any
+from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import jax
 import numpy as np
 
 from bertjax.finetune import qa, truncation
-from bertjax.finetune.adapter import Adapter, SetupError, check_length, register
+from bertjax.finetune.adapter import Adapter, SetupError, register
+from bertjax.finetune.examples import Example, TaggedSentence
 from bertjax.finetune.heads.bert import (
-    KIND_OUTPUTS,
+    HEADS,
     PACKABLE,
-    BertHead,
     bert_finetuning,
     with_pretrained_encoder,
 )
 from bertjax.finetune.length_buckets import LengthBuckets
-from bertjax.finetune.task import CHOICES, QUESTIONS, TEXTS, WORDS
-from bertjax.objectives.objective import Objective
+from bertjax.finetune.outputs import Layout
+from bertjax.finetune.task import CHOICES, QUESTIONS, TEXTS, WORDS, Task
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+from bertjax.typing import Params
+
+if TYPE_CHECKING:
+    from bertjax.finetune.pretrained import Pretrained
+    from bertjax.finetune.recipe import BertRecipe
 
 Arrays = dict[str, np.ndarray]
 INPUT_FEATURES = ("input_ids", "segment_ids", "input_mask")
@@ -122,8 +130,8 @@ def encode_words(vocab: WordPieceVocabulary, sentences: Sequence[Sequence[str]],
     return _padded(rows, max_length), firsts
 
 
-def document_contexts(vocab: WordPieceVocabulary, examples: Sequence[Any], max_length: int
-                      ) -> list[tuple[list[int], list[int]]]:
+def document_contexts(vocab: WordPieceVocabulary, examples: Sequence[TaggedSentence],
+                      max_length: int) -> list[tuple[list[int], list[int]]]:
     """Per tagged sentence, the pieces of its document's sentences before and after it that
     fit beside it in `max_length` (half the room each side, the rest to whichever side has
     more): the paper's "maximal document context" for CoNLL-2003. Each sentence takes slices
@@ -161,16 +169,17 @@ class BertFineTuned(Adapter):
 
     family, approach = "bert", "fine_tune"
     inputs = (TEXTS, WORDS, CHOICES, QUESTIONS)
-    outputs = tuple(output.name for output in KIND_OUTPUTS.values())
+    outputs = tuple(output.name for output in HEADS)
+    recipe: BertRecipe
 
-    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int):
-        super().__init__(recipe, model, task, num_outputs)
+    def __init__(self, recipe: BertRecipe, model: Pretrained, task: Task, num_outputs: int,
+                 examples: Sequence[Example]):
+        super().__init__(recipe, model, task, num_outputs, examples)
         self.config = model.config.replace(dropout_rate=recipe.dropout, remat=False)
-        check_length(recipe, self.config.max_position_embeddings)
-        self.kind = next(k for k, output in KIND_OUTPUTS.items() if output == task.output)
-        self.bilstm = recipe.lstm_size if recipe.bilstm else 0
-        self.head = BertHead(self.config, self.kind, num_outputs, self.bilstm)
         self.packing = recipe.packed_sequences
+        choices = len(examples[0].endings) if task.inputs == CHOICES and examples else 4
+        self.objective = bert_finetuning(self.config, task.output, num_outputs, choices,
+                                         recipe.lstm_size if recipe.bilstm else 0, self.packing)
         if recipe.length_buckets > 1 and task.inputs != QUESTIONS and not self.packing:
             token_features = INPUT_FEATURES + (task.output.target_features
                                                if task.output.token_axis else ())
@@ -178,13 +187,12 @@ class BertFineTuned(Adapter):
                                          recipe.length_buckets)
 
     @classmethod
-    def packs(cls, task: Any, recipe: Any) -> bool:
-        """Texts into a [CLS] head (classify, regress) without a BiLSTM train on packed rows."""
-        kind = next(k for k, output in KIND_OUTPUTS.items() if output == task.output)
-        return task.inputs == TEXTS and kind in PACKABLE and not recipe.bilstm
+    def packs(cls, task: Task, recipe: BertRecipe) -> bool:
+        """Texts into a [CLS] head (classes, a score) without a BiLSTM train on packed rows."""
+        return task.inputs == TEXTS and task.output in PACKABLE and not recipe.bilstm
 
-    def encode_inputs(self, examples: Sequence[Any], targets: list | None
-                      ) -> tuple[Arrays, Any]:
+    def encode_inputs(self, examples: Sequence[Example], targets: list | None
+                      ) -> tuple[Arrays, Layout]:
         vocab, length = self.model.tokenizer, self.recipe.max_seq_length
         if self.task.inputs == QUESTIONS:  # windows labelled from the answers' characters
             return qa.qa_features(
@@ -199,15 +207,9 @@ class BertFineTuned(Adapter):
                                   [ex.endings for ex in examples], length), None
         return encode_texts(vocab, [ex.texts for ex in examples], length), None
 
-    def objective(self, train: Arrays) -> Objective:
-        ids = train["input_ids"]
-        choices = ids.shape[1] if ids.ndim == 3 else 4
-        return bert_finetuning(self.config, self.kind, self.num_outputs, choices, self.bilstm,
-                               self.packing)
+    def predict(self, params: Params, inputs: Arrays) -> jax.Array:
+        return self.objective.model.apply({"params": params}, inputs["input_ids"],
+                                          inputs["segment_ids"], inputs["input_mask"])
 
-    def predict(self, params: Any, inputs: Arrays) -> Any:
-        return self.head.apply({"params": params}, inputs["input_ids"], inputs["segment_ids"],
-                               inputs["input_mask"])
-
-    def initial_params(self, params: Any) -> Any:
+    def initial_params(self, params: Params) -> Params:
         return with_pretrained_encoder(params, self.model.params)

@@ -12,13 +12,17 @@ training never saw, trained by finetune.word_dropout). The learned mix weights g
 eval_results.json.
 """
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import jax
 import numpy as np
 
 from bertjax.finetune import truncation
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, register
+from bertjax.finetune.examples import Example
 from bertjax.finetune.heads.elmo import (
     FROZEN,
     UNKNOWN_WORD,
@@ -27,19 +31,19 @@ from bertjax.finetune.heads.elmo import (
     mix_weights,
     with_pretrained_bilm,
 )
-from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES
-from bertjax.finetune.task import TEXTS, WORDS
-from bertjax.objectives.objective import Objective
+from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES, Layout
+from bertjax.finetune.task import TEXTS, WORDS, Task
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, sentence_char_ids, tokenize
+from bertjax.typing import Params
 
-# (task output, number of sentences): the ELMo task model
-TASK_MODELS = {(CLASSES.name, 1): "classify", (CLASSES.name, 2): "pair_classify",
-               (SCORE.name, 1): "regress", (SCORE.name, 2): "pair_regress",
-               (WORD_CLASSES.name, 1): "tag"}
+if TYPE_CHECKING:
+    from bertjax.finetune.pretrained import Pretrained
+    from bertjax.finetune.recipe import ElmoRecipe
+
 PAD_WORD = 0
 
 
-def encode_sentences(model: Any, sentences: Sequence[Sequence[str]], length: int,
+def encode_sentences(model: Pretrained, sentences: Sequence[Sequence[str]], length: int,
                      words: dict[str, int] | None = None, suffix: str = "") -> Arrays:
     """char_ids [N, T, C] (and token_ids [N, T] for a word biLM) of <S> words </S>, lengths
     [N] (words + 2), and word_ids [N, T] of the words alone in the task vocabulary `words`
@@ -84,32 +88,40 @@ class ElmoFeatures(Adapter):
     inputs = (TEXTS, WORDS)
     outputs = (CLASSES.name, SCORE.name, WORD_CLASSES.name)
     frozen = FROZEN
+    recipe: ElmoRecipe
 
-    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int):
-        super().__init__(recipe, model, task, num_outputs)
+    def __init__(self, recipe: ElmoRecipe, model: Pretrained, task: Task, num_outputs: int,
+                 examples: Sequence[Example]):
+        super().__init__(recipe, model, task, num_outputs, examples)
         if model.config.token_encoder == "word" and model.tokenizer is None:
             raise SetupError("a word-encoder biLM needs its vocabulary: pass its bertjax "
                              "workdir as --init")
-        self.task_model: str | None = None  # set by the first (training) encoding
-        self.words: dict[str, int] | None = None
+        texts = self._sentences(examples)
+        self.pair = len(texts) == 2  # the training examples': two sentences, or one
+        self.words = (word_index(s for sentences in texts for s in sentences)
+                      if recipe.word_embed_dim else None)
+        r = recipe
+        settings = ElmoTaskSettings(
+            placement=r.placement, top_layer_only=r.top_layer_only, l2_coef=r.mix_l2,
+            elmo_dropout=r.elmo_dropout, hidden_size=r.lstm_size, num_layers=r.lstm_layers,
+            dropout_rate=r.dropout, word_embed_dim=r.word_embed_dim, word_dropout=r.word_dropout,
+            word_vocab_size=len(self.words) + 2 if self.words is not None else 0)
+        self.objective = elmo_task_objective(model.config, task.output, num_outputs, settings,
+                                             self.pair)
 
-    def _sentences(self, examples: Sequence[Any]) -> list[list[list[str]]]:
+    def _sentences(self, examples: Sequence[Example]) -> list[list[list[str]]]:
         """Per text of the examples (one or two), each example's words."""
         if self.task.inputs == WORDS:
             return [[list(ex.tokens) for ex in examples]]
         split = lambda text: tokenize(text, self.model.word_tokenizer)  # noqa: E731
         return [[split(ex.texts[i]) for ex in examples] for i in range(len(examples[0].texts))]
 
-    def encode_inputs(self, examples: Sequence[Any], targets: list | None
-                      ) -> tuple[Arrays, Any]:
+    def encode_inputs(self, examples: Sequence[Example], targets: list | None
+                      ) -> tuple[Arrays, Layout]:
         texts = self._sentences(examples)
-        task_model = TASK_MODELS[(self.task.output.name, len(texts))]
-        if self.task_model not in (None, task_model):
+        if (len(texts) == 2) != self.pair:
             raise SetupError(f"the training examples have another number of texts than these "
                              f"({len(texts)}): give every file the same columns")
-        self.task_model = task_model
-        if self.recipe.word_embed_dim and self.words is None:
-            self.words = word_index(s for sentences in texts for s in sentences)
         length = self.recipe.max_seq_length
         arrays: Arrays = {}
         for sentences, suffix in zip(texts, ("", "_b"), strict=False):
@@ -119,27 +131,15 @@ class ElmoFeatures(Adapter):
         return arrays, [[k if k < length - 2 else -1 for k in range(len(words))]
                         for words in texts[0]]
 
-    def objective(self, train: Arrays) -> Objective:
-        r = self.recipe
-        settings = ElmoTaskSettings(
-            placement=r.placement, top_layer_only=r.top_layer_only, l2_coef=r.mix_l2,
-            elmo_dropout=r.elmo_dropout, hidden_size=r.lstm_size, num_layers=r.lstm_layers,
-            dropout_rate=r.dropout,
-            word_embed_dim=r.word_embed_dim, word_dropout=r.word_dropout,
-            word_vocab_size=len(self.words) + 2 if self.words is not None else 0)
-        self._objective = elmo_task_objective(self.model.config, self.task_model,
-                                              self.num_outputs, settings)
-        return self._objective
-
     def seq_length(self, train: Arrays) -> int:
         return self.recipe.max_seq_length  # every sentence is padded to it
 
-    def predict(self, params: Any, inputs: Arrays) -> Any:
-        return self._objective.model.apply({"params": params}, inputs)
+    def predict(self, params: Params, inputs: Arrays) -> jax.Array:
+        return self.objective.model.apply({"params": params}, inputs)
 
-    def initial_params(self, params: Any) -> Any:
+    def initial_params(self, params: Params) -> Params:
         return with_pretrained_bilm(params, self.model.params)
 
-    def report(self, params: Any) -> dict[str, Any]:
+    def report(self, params: Params) -> dict[str, Any]:
         return {"mix_weights": mix_weights(params)}
 

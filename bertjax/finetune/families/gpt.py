@@ -17,14 +17,17 @@ endings is a multiple choice. `encode` right-pads the sequences to [B, N, L] wit
 longest sequence), cutting the longest field from its end until a sequence fits `max_length`.
 """
 
+from __future__ import annotations
+
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import jax
 import numpy as np
 
 from bertjax.finetune import truncation
-from bertjax.finetune.adapter import Adapter, Arrays, SetupError, check_length, register
+from bertjax.finetune.adapter import Adapter, Arrays, SetupError, register
+from bertjax.finetune.examples import Example
 from bertjax.finetune.heads.gpt import (
     GptClassifier,
     SpecialTokens,
@@ -34,9 +37,13 @@ from bertjax.finetune.heads.gpt import (
     special_tokens,
     with_special_tokens,
 )
-from bertjax.finetune.outputs import CHOICE, CLASSES, SCORE
-from bertjax.finetune.task import CHOICES, TEXTS
-from bertjax.objectives.objective import Objective
+from bertjax.finetune.outputs import CHOICE, CLASSES, SCORE, Layout
+from bertjax.finetune.task import CHOICES, TEXTS, Task
+from bertjax.typing import Params
+
+if TYPE_CHECKING:
+    from bertjax.finetune.pretrained import Pretrained
+    from bertjax.finetune.recipe import GptRecipe
 
 PAIR_TRANSFORMATIONS = ("entailment", "similarity")
 
@@ -100,28 +107,39 @@ class GptFineTuned(Adapter):
     family, approach = "gpt", "fine_tune"
     inputs = (TEXTS, CHOICES)
     outputs = (CLASSES.name, SCORE.name, CHOICE.name)
+    recipe: GptRecipe
 
-    def __init__(self, recipe: Any, model: Any, task: Any, num_outputs: int):
-        super().__init__(recipe, model, task, num_outputs)
-        check_length(recipe, model.config.max_position_embeddings)
+    def __init__(self, recipe: GptRecipe, model: Pretrained, task: Task, num_outputs: int,
+                 examples: Sequence[Example]):
+        super().__init__(recipe, model, task, num_outputs, examples)
         if recipe.pair_transformation not in PAIR_TRANSFORMATIONS:
             raise SetupError(f"finetune.pair_transformation={recipe.pair_transformation!r}: "
                              f"choose one of {', '.join(PAIR_TRANSFORMATIONS)}")
         self.special = special_tokens(model.config)
-        self.transformation: str | None = None  # set by the first (training) encoding
+        self.transformation = self._transformation(examples)  # the training examples'
+        self.objective = gpt_finetuning(model.config, self.transformation, task.output,
+                                        num_outputs, recipe.lm_coef, recipe.dropout,
+                                        self._sequences_per_example(examples))
+        self.classifier = GptClassifier(extended_config(model.config), self.transformation,
+                                        num_outputs)
 
-    def _transformation(self, examples: Sequence[Any]) -> str:
+    def _transformation(self, examples: Sequence[Example]) -> str:
         if self.task.inputs == CHOICES:
             return "multiple_choice"
         return "classification" if len(examples[0].texts) == 1 else self.recipe.pair_transformation
 
-    def encode_inputs(self, examples: Sequence[Any], targets: list | None
-                      ) -> tuple[Arrays, Any]:
+    def _sequences_per_example(self, examples: Sequence[Example]) -> int:
+        """Sequences each example becomes: its endings, two orderings (similarity), or one."""
+        if self.transformation == "multiple_choice":
+            return len(examples[0].endings)
+        return 2 if self.transformation == "similarity" else 1
+
+    def encode_inputs(self, examples: Sequence[Example], targets: list | None
+                      ) -> tuple[Arrays, Layout]:
         transformation = self._transformation(examples)
-        if self.transformation not in (None, transformation):
+        if transformation != self.transformation:
             raise SetupError(f"the training examples are a {self.transformation} task, these a "
                              f"{transformation} one: give every file the same number of texts")
-        self.transformation = transformation
         bpe = self.model.tokenizer
         if transformation == "multiple_choice":
             fields = [(bpe.encode(ex.context), [bpe.encode(e) for e in ex.endings])
@@ -130,20 +148,10 @@ class GptFineTuned(Adapter):
             fields = [tuple(bpe.encode(t) for t in ex.texts) for ex in examples]
         return encode(transformation, fields, self.special, self.recipe.max_seq_length), None
 
-    @property
-    def classifier(self) -> GptClassifier:
-        return GptClassifier(extended_config(self.model.config), self.transformation,
-                             self.num_outputs)
-
-    def objective(self, train: Arrays) -> Objective:
-        return gpt_finetuning(self.model.config, self.transformation, self.task.output,
-                              self.num_outputs, self.recipe.lm_coef, self.recipe.dropout,
-                              train["input_ids"].shape[1])
-
-    def predict(self, params: Any, inputs: Arrays) -> Any:
+    def predict(self, params: Params, inputs: Arrays) -> jax.Array:
         return self.classifier.apply({"params": params}, inputs["input_ids"],
                                      inputs["input_mask"], True, False)[0]
 
-    def initial_params(self, params: Any) -> Any:
+    def initial_params(self, params: Params) -> Params:
         key = jax.random.fold_in(jax.random.key(self.recipe.seed), 1)
         return {**params, "gpt": with_special_tokens(self.model.params, key)}

@@ -22,7 +22,7 @@ so pretrained weights (a bertjax checkpoint or a Hugging Face one, see convert/h
 load by replacing `params["bert"]`.
 """
 
-from typing import Any
+import dataclasses
 
 import flax.linen as nn
 import jax
@@ -35,6 +35,7 @@ from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.typing import Params
 
 Array = jax.Array
 
@@ -44,26 +45,40 @@ def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
                        name, config.transformer.weight_dtype)
 
 
-# head kind: what it outputs (bertjax.finetune.outputs). The kinds name the objectives
-# ("bert_classify", ...) that workdirs record and bertjax-export reads.
-KIND_OUTPUTS: dict[str, Output] = {"classify": CLASSES, "regress": SCORE, "choice": CHOICE,
-                                   "tag": WORD_CLASSES, "span": SPANS}
-KINDS = tuple(KIND_OUTPUTS)
-PACKABLE = ("classify", "regress")  # heads that train on packed rows
+PACKABLE = (CLASSES, SCORE)  # outputs whose heads also train on packed rows
 PACKING_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 
 
-class BertHead(nn.Module):
-    """Encoder + one task head; `kind` is one of KINDS.
+@dataclasses.dataclass(frozen=True)
+class _Reads:
+    """What the head of one output reads and makes: the pooled [CLS] (`summary`) or every
+    token, its width (the number of labels, or one score), and dropout before it."""
 
-    classify: [CLS] -> num_labels logits;  regress: [CLS] -> one score;  choice: inputs [B, K, L]
-    (one sequence per choice), [CLS] -> one score per choice, [B, K];  tag: every token ->
-    num_labels logits;  span: every token -> start and end logits (extractive QA).
+    summary: bool
+    labelled: bool  # width num_labels (else 1, or 2 for spans)
+    dropout: bool = True
+
+
+HEADS: dict[Output, _Reads] = {  # every output a BERT head makes
+    CLASSES: _Reads(summary=True, labelled=True),
+    SCORE: _Reads(summary=True, labelled=False),
+    CHOICE: _Reads(summary=True, labelled=False),  # one score per choice, [B, K]
+    WORD_CLASSES: _Reads(summary=False, labelled=True),
+    SPANS: _Reads(summary=False, labelled=False, dropout=False),  # run_squad.py's: no dropout
+}
+
+
+class BertHead(nn.Module):
+    """Encoder + the head of one `output` (one of HEADS' keys).
+
+    CLASSES: [CLS] -> num_labels logits;  SCORE: [CLS] -> one score;  CHOICE: inputs [B, K, L]
+    (one sequence per choice), [CLS] -> one score per choice, [B, K];  WORD_CLASSES: every
+    token -> num_labels logits;  SPANS: every token -> start and end logits (extractive QA).
     `bilstm` > 0 puts a BiLSTM of that size per direction between the encoder and the head.
     """
 
     config: BertConfig
-    kind: str
+    output: Output
     num_labels: int = 2
     bilstm: int = 0
 
@@ -73,38 +88,35 @@ class BertHead(nn.Module):
         packing: dict[str, Array] | None = None,
     ) -> Array:
         """The head's outputs; `packing` (position_ids, sequence_ids, cls_positions) for
-        packed rows of a classify or regress head."""
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown head {self.kind!r}: use one of {', '.join(KINDS)}")
-        if packing is not None and (self.kind not in PACKABLE or self.bilstm):
-            raise ValueError(f"packed rows feed {' and '.join(PACKABLE)} heads without a BiLSTM,"
-                             f" not {self.kind!r}: set finetune.packed_sequences = 0")
+        packed rows of a CLASSES or SCORE head."""
+        reads = HEADS[self.output]
+        if packing is not None and (self.output not in PACKABLE or self.bilstm):
+            raise ValueError(f"packed rows feed the heads of {', '.join(o.name for o in PACKABLE)}"
+                             f" without a BiLSTM, not {self.output.name}: set "
+                             "finetune.packed_sequences = 0")
         shape = input_ids.shape  # [B, L], or [B, K, L] for choice
         flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731
-        pooled_only = self.kind in ("classify", "regress", "choice") and not self.bilstm
         packing = packing or {}
         outputs = BertModel(self.config, name="bert")(
             flat(input_ids), flat(segment_ids), flat(input_mask), packing.get("position_ids"),
-            deterministic=deterministic, summary_only=pooled_only,
+            deterministic=deterministic, summary_only=reads.summary and not self.bilstm,
             sequence_ids=packing.get("sequence_ids"), cls_positions=packing.get("cls_positions"),
         )
         dropout = Dropout(self.config.transformer.dropout_rate)
         if self.bilstm:
             outputs = self._bilstm(outputs["sequence_output"], flat(input_mask), dropout,
                                    deterministic)
-        if self.kind in ("classify", "regress", "choice"):
-            pooled_BxE = dropout(outputs["pooled_output"], deterministic=deterministic)
-            features = self.num_labels if self.kind == "classify" else 1
-            logits = _classifier(features, self.config, "classifier")(pooled_BxE)  # [B(, K), F]
-            return logits.reshape(shape[:-1]) if self.kind == "choice" else logits
-        seq_BxLxE = outputs["sequence_output"]
-        if self.kind == "tag":
-            seq_BxLxE = dropout(seq_BxLxE, deterministic=deterministic)
-            return _classifier(self.num_labels, self.config, "classifier")(seq_BxLxE)
-        if self.kind == "span":
-            logits_BxLx2 = _classifier(2, self.config, "span")(seq_BxLxE)
-            # padding can never be a start or an end
-            return jnp.where(input_mask[..., None] > 0, logits_BxLx2, -1e9)
+        x = outputs["pooled_output" if reads.summary else "sequence_output"]
+        if reads.dropout:
+            x = dropout(x, deterministic=deterministic)
+        width = self.num_labels if reads.labelled else (2 if self.output is SPANS else 1)
+        logits = _classifier(width, self.config, "span" if self.output is SPANS
+                             else "classifier")(x)  # [B(, K), W] or [B, L, W]
+        if self.output is CHOICE:
+            return logits.reshape(shape[:-1])
+        if self.output is SPANS:  # padding can never be a start or an end
+            return jnp.where(input_mask[..., None] > 0, logits, -1e9)
+        return logits
 
     def _bilstm(self, seq_BxLxE: Array, input_mask_BxL: Array, dropout: Dropout,
                 deterministic: bool) -> dict[str, Array]:
@@ -120,18 +132,21 @@ class BertHead(nn.Module):
         return {"sequence_output": seq_BxLx2H, "pooled_output": pooled_Bx2H}
 
 
-def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
+def bert_finetuning(config: BertConfig, output: Output, num_labels: int = 2,
                     num_choices: int = 4, bilstm: int = 0, packed_sequences: int = 0
                     ) -> Objective:
-    """The head's objective for the shared training loop: init, loss and batch shapes.
-    `packed_sequences=K`: training batches are packed rows of up to K examples."""
-    model = BertHead(config, kind, num_labels, bilstm)
-    output = KIND_OUTPUTS[kind]
+    """The objective of a BERT head for `output` for the shared training loop: init, loss and
+    batch shapes. `packed_sequences=K`: training batches are packed rows of up to K examples.
+    Its name, `bert_<output.head>`, is what the run's record keeps (training/workdir.py)."""
+    if output not in HEADS:
+        raise ValueError(f"BERT has no head for {output.name}: its heads make "
+                         f"{', '.join(o.name for o in HEADS)}")
+    model = BertHead(config, output, num_labels, bilstm)
     K = packed_sequences
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         outputs = model.apply(
             {"params": params},
             batch["input_ids"],
@@ -144,7 +159,7 @@ def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
         return output.loss(outputs, batch)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
-        rows = (batch_size, num_choices) if kind == "choice" else (batch_size,)
+        rows = (batch_size, num_choices) if output is CHOICE else (batch_size,)
         ints = np.zeros((*rows, seq_length), np.int32)
         inputs = {"input_ids": ints, "segment_ids": ints, "input_mask": ints}
         targets = output.example_targets(batch_size, seq_length)
@@ -156,11 +171,11 @@ def bert_finetuning(config: BertConfig, kind: str, num_labels: int = 2,
         return {**inputs, **targets}
 
     progress = (("loss", "loss"), (output.metric, "acc"))
-    return Objective(f"bert_{kind}", "bert", config, model, init_variables, loss_fn,
+    return Objective(f"bert_{output.head}", "bert", config, model, init_variables, loss_fn,
                      example_batch, progress)
 
 
-def with_pretrained_encoder(params: Any, encoder_params: Any) -> Any:
+def with_pretrained_encoder(params: Params, encoder_params: Params) -> Params:
     """`params` of a head with its "bert" subtree replaced by a copy of `encoder_params`.
 
     The copy takes the current parameters' shardings, and the caller's arrays stay valid

@@ -25,7 +25,6 @@ float32 [B, L] (1 on the first WordPiece of each labelled word, else 0).
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -39,6 +38,7 @@ from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix
 from bertjax.models.bert import BertConfig, BertModel
 from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.typing import Params
 
 Array = jax.Array
 FROZEN = ("bert",)  # make_optimizer(frozen=FROZEN)
@@ -117,7 +117,7 @@ def bert_feature_objective(
     feature_layers(combine, bert_config.transformer.num_layers)  # refuse bad settings now
     model = BertFeatureTagger(bert_config, combine, num_labels, hidden, num_layers, dropout_rate)
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None) -> tuple:
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None) -> tuple:
         params = {**params, "bert": jax.lax.stop_gradient(params["bert"])}
         logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
                              batch["input_mask"], deterministic=rng is None,
@@ -144,7 +144,7 @@ class FeatureSpec:
 
 def extract_features(
     apply_fn: Callable,
-    params: Any,
+    params: Params,
     input_ids: Array,
     segment_ids: Array,
     input_mask: Array,

@@ -42,12 +42,13 @@ vocabulary, and without it every unseen dev word would read one untrained random
 """
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax.typing import VariableDict
 
 from bertjax.finetune.heads.linear import linear_head
 from bertjax.finetune.outputs import CLASSES, SCORE, WORD_CLASSES, Output
@@ -57,15 +58,13 @@ from bertjax.layers.scalar_mix import ScalarMix, scalar_mix_penalty
 from bertjax.layers.scalar_mix import mix_weights as scalar_mix_weights
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations
 from bertjax.objectives.objective import Objective
+from bertjax.typing import Params
 
 Array = jax.Array
 FROZEN = ("bilm",)  # make_optimizer(frozen=FROZEN)
 UNKNOWN_WORD = 1  # the task vocabulary's id of a word training never saw (0 pads)
-# task model: what it outputs (pair_*: two sentences, each through the BiLSTM). The names
-# are the objectives' ("elmo_classify", ...) that workdirs record.
-TASK_OUTPUTS: dict[str, Output] = {"classify": CLASSES, "pair_classify": CLASSES,
-                                   "regress": SCORE, "pair_regress": SCORE, "tag": WORD_CLASSES}
-TASKS = tuple(TASK_OUTPUTS)
+OUTPUTS = (CLASSES, SCORE, WORD_CLASSES)  # what a task model predicts
+PAIRED = (CLASSES, SCORE)  # outputs whose task model also reads two sentences
 PLACEMENTS = ("input", "input_output")
 MIXES = ("input_mix", "output_mix")  # parameter names of the ScalarMixes
 
@@ -120,9 +119,10 @@ class ElmoTaskModel(nn.Module):
     """Frozen biLM -> ScalarMix(es) -> task BiLSTM -> head (see the module docstring)."""
 
     bilm_config: ElmoConfig
-    task: str
+    output: Output  # one of OUTPUTS
     num_labels: int
     settings: ElmoTaskSettings
+    pair: bool = False  # two sentences, each through the BiLSTM (PAIRED outputs)
 
     def setup(self) -> None:
         s, K = self.settings, self.bilm_config.num_representations
@@ -180,25 +180,25 @@ class ElmoTaskModel(nn.Module):
         """Logits [B, num_labels] (classify), [B, T, num_labels] (tag) or scores [B] (regress)."""
         h_BxTxD, mask_BxT = self.encode(batch.get("token_ids"), batch.get("char_ids"),
                                         batch.get("word_ids"), batch["lengths"], deterministic)
-        if self.task == "tag":
+        if self.output is WORD_CLASSES:
             return self.head(self.dropout(h_BxTxD, deterministic=deterministic))
         u_BxD = max_pool(h_BxTxD, mask_BxT)
-        if self.task.startswith("pair_"):
+        if self.pair:
             v_BxD = max_pool(*self.encode(batch.get("token_ids_b"), batch.get("char_ids_b"),
                                           batch.get("word_ids_b"), batch["lengths_b"],
                                           deterministic))
             u_BxD = jnp.concatenate([u_BxD, v_BxD, jnp.abs(u_BxD - v_BxD), u_BxD * v_BxD], -1)
         out = self.head(self.dropout(u_BxD, deterministic=deterministic))
-        return out[:, 0] if self.task.endswith("regress") else out
+        return out[:, 0] if self.output is SCORE else out
 
 
-def mix_penalty(params: Any, l2_coef: float) -> Array:
+def mix_penalty(params: Params, l2_coef: float) -> Array:
     """l2_coef * ||s||^2 summed over the model's ScalarMixes (0 without any)."""
     return sum((scalar_mix_penalty(params[m]["scalars"], l2_coef) for m in MIXES if m in params),
                jnp.zeros((), jnp.float32))
 
 
-def mix_weights(params: Any) -> dict[str, dict[str, Any]]:
+def mix_weights(params: Params) -> dict[str, dict[str, list[float] | float]]:
     """What each mix learned: {"input_mix": {"weights": softmax(s) as K floats, "gamma": g},
     "output_mix": ...} (JSON-ready; empty for top_layer_only)."""
     out = {}
@@ -212,7 +212,9 @@ def mix_weights(params: Any) -> dict[str, dict[str, Any]]:
 
 
 
-def _example_batch_fn(config: ElmoConfig, task: str, settings: ElmoTaskSettings) -> Any:
+def _example_batch_fn(config: ElmoConfig, output: Output, pair: bool,
+                      settings: ElmoTaskSettings
+                      ) -> Callable[[int, int], dict[str, np.ndarray]]:
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         B, T = batch_size, seq_length
         sentence = {"lengths": np.full((B,), T, np.int32)}
@@ -223,51 +225,56 @@ def _example_batch_fn(config: ElmoConfig, task: str, settings: ElmoTaskSettings)
         if settings.word_embed_dim:
             sentence["word_ids"] = np.zeros((B, T), np.int32)
         batch = dict(sentence)
-        if task.startswith("pair_"):
+        if pair:
             batch.update({f"{k}_b": v for k, v in sentence.items()})
-        return {**batch, **TASK_OUTPUTS[task].example_targets(B, T)}
+        return {**batch, **output.example_targets(B, T)}
 
     return example_batch
 
 
 def elmo_task_objective(
-    elmo_config: ElmoConfig, task: str, num_labels: int,
-    settings: ElmoTaskSettings | None = None,
+    elmo_config: ElmoConfig, output: Output, num_labels: int,
+    settings: ElmoTaskSettings | None = None, pair: bool = False,
 ) -> Objective:
-    """The ELMo task model for `task` (one of TASKS) with a frozen biLM of `elmo_config`.
+    """The ELMo task model predicting `output` (one of OUTPUTS; `pair`: of two sentences)
+    with a frozen biLM of `elmo_config`. Its name, `elmo_[pair_]<output.head>`, is what the
+    run's record keeps (training/workdir.py).
 
     Train it with `make_optimizer(frozen=FROZEN)` and put the pretrained biLM in with
-    `with_pretrained_bilm` (e.g. `run(..., initial_params=lambda p: with_pretrained_bilm(p,
+    `with_pretrained_bilm` (e.g. `Job(experiment, lambda p: with_pretrained_bilm(p,
     bilm_params))`). The objective's config is the biLM as the task model holds it.
     """
     settings = settings or ElmoTaskSettings()
-    if task not in TASKS:
-        raise ValueError(f"unknown ELMo task {task!r}: choose one of {', '.join(TASKS)}")
-    if task.endswith("regress") and num_labels != 1:
+    if output not in OUTPUTS or (pair and output not in PAIRED):
+        raise ValueError(f"the ELMo task model predicts {', '.join(o.name for o in OUTPUTS)} "
+                         f"(of two sentences: {', '.join(o.name for o in PAIRED)}), not "
+                         f"{output.name}{' of two' if pair else ''}")
+    if output is SCORE and num_labels != 1:
         raise ValueError(f"a regression task has one output, not num_labels={num_labels}: "
                          "set num_labels=1")
     config = task_bilm_config(elmo_config)
-    model = ElmoTaskModel(config, task, num_labels, settings)
+    model = ElmoTaskModel(config, output, num_labels, settings, pair)
 
-    def init_variables(rng: Array, batch: dict[str, Array]) -> Any:
+    def init_variables(rng: Array, batch: dict[str, Array]) -> VariableDict:
         return model.init({"params": rng, "dropout": rng}, batch)
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None) -> tuple:
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None) -> tuple:
         params = {**params, "bilm": jax.lax.stop_gradient(params["bilm"])}
         outputs = model.apply({"params": params}, batch, rng is None,
                               rngs=None if rng is None else {"dropout": rng})
-        loss, metrics = TASK_OUTPUTS[task].loss(outputs, batch)
+        loss, metrics = output.loss(outputs, batch)
         penalty = mix_penalty(params, settings.l2_coef)
         return loss + penalty, {**metrics, "loss": loss + penalty, "task_loss": loss,
                                 "mix_penalty": penalty}
 
-    metric = TASK_OUTPUTS[task].metric
+    metric = output.metric
     progress = (("loss", "loss"), (metric, metric[:3]))
-    return Objective(f"elmo_{task}", "elmo", config, model, init_variables, loss_fn,
-                     _example_batch_fn(config, task, settings), progress)
+    name = f"elmo_{'pair_' if pair else ''}{output.head}"
+    return Objective(name, "elmo", config, model, init_variables, loss_fn,
+                     _example_batch_fn(config, output, pair, settings), progress)
 
 
-def with_pretrained_bilm(params: Any, bilm_params: Any) -> Any:
+def with_pretrained_bilm(params: Params, bilm_params: Params) -> Params:
     """`params` of a task model with its "bilm" subtree taken from a trained biLM's parameters
     (an ELMo checkpoint's, or `load_bilm_hdf5`'s). The task's one-row softmax stand-in stays
     when the biLM's own softmax is bigger; every other parameter must have the same shape.

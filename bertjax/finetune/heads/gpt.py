@@ -17,7 +17,6 @@ delimiter and extract tokens are three new rows of the (tied) token embedding ta
 """
 
 import dataclasses
-from typing import Any
 
 import flax.linen as nn
 import jax
@@ -30,6 +29,7 @@ from bertjax.layers.dropout import Dropout
 from bertjax.models.gpt import GptConfig, GptLM
 from bertjax.objectives.lm import lm_loss
 from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.typing import Params
 
 Array = jax.Array
 NUM_SPECIAL = 3
@@ -98,7 +98,7 @@ class GptClassifier(nn.Module):
         return logits.astype(jnp.float32), lm_logits
 
 
-def finetune_loss(params: Any, batch: dict[str, Array], rng: Array | None,
+def finetune_loss(params: Params, batch: dict[str, Array], rng: Array | None,
                   model: GptClassifier, output: Output, lm_coef: float
                   ) -> tuple[Array, dict[str, Array]]:
     """L3 = L2 + lm_coef * L1 for one batch; `rng` None is a deterministic (eval) pass. L2 is
@@ -134,7 +134,7 @@ def gpt_finetuning(config: GptConfig, transformation: str, output: Output, num_c
     model = GptClassifier(extended_config(config), transformation, num_classes,
                           classifier_dropout)
 
-    def loss_fn(params: Any, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
         return finetune_loss(params, batch, rng, model, output, lm_coef)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
@@ -148,7 +148,7 @@ def gpt_finetuning(config: GptConfig, transformation: str, output: Output, num_c
                      init_variables, loss_fn, example_batch, progress)
 
 
-def with_special_tokens(pretrained: Any, rng: Array, std: float = 0.02) -> Any:
+def with_special_tokens(pretrained: Params, rng: Array, std: float = 0.02) -> Params:
     """Pretrained GptLM params with three new random rows in the token embeddings."""
     table_VxE = jnp.asarray(pretrained["token_embeddings"]["embedding"])
     new_3xE = std * jax.random.normal(rng, (NUM_SPECIAL, table_VxE.shape[1]), table_VxE.dtype)

@@ -84,7 +84,7 @@ def qa_examples(where: str, questions: Iterable[Question], training: bool) -> li
     return examples
 
 
-def _matches(context: str, text: Any, start: Any) -> bool:
+def _matches(context: str, text: object, start: object) -> bool:
     return (isinstance(text, str) and isinstance(start, int) and not isinstance(start, bool)
             and 0 <= start and context[start : start + len(text)] == text and text != "")
 

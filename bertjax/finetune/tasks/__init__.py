@@ -3,9 +3,9 @@
 one new module here (and a gin recipe in configs/finetune/); see bertjax.finetune.task."""
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Sequence
-from typing import Any
 
 from bertjax.finetune.examples import Example, TaskDataError
 from bertjax.finetune.task import TASKS, Task
@@ -22,7 +22,7 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
-def read_task(spec: Any, name: str, *, text_columns: Sequence[str] | None = None,
+def read_task(spec: str | os.PathLike, name: str, *, text_columns: Sequence[str] | None = None,
               label_column: str | None = None, split_hint: str = "train") -> list[Example]:
     """The examples of task type `name` in a file or "tfds:NAME[:SPLIT]"."""
     return get_task(name).read(spec, text_columns=text_columns, label_column=label_column,
