@@ -11,6 +11,9 @@ logged steps; dev_ / best_ metrics come from the last evaluation and eval_result
 Writes OUT/report.md, OUT/report.csv and OUT/curves.png (needs matplotlib) and prints the table.
 """
 
+import contextlib
+from collections.abc import Iterator
+
 from absl import flags
 
 from bertjax import files
@@ -40,16 +43,34 @@ def report(run_dirs: list[str], out: str | None, last: int = 5, plot: bool = Tru
     header, rows = table(runs, last)
     text = markdown(header, rows)
     if out:
-        directory = files.as_path(out)  # local or gs://
-        directory.mkdir(parents=True, exist_ok=True)
-        files.write_text(directory / "report.md", text)
-        files.write_text(directory / "report.csv", csv_text(header, rows))
-        if plot:
-            try:
-                plot_curves(runs, directory / "curves.png")
-            except ImportError as err:  # the table stands without the picture
-                print(f"{PROGRAM}: no curves.png: {err}")
+        with _made_or_nothing(files.as_path(out)) as directory:  # local or gs://
+            files.write_text(directory / "report.md", text)
+            files.write_text(directory / "report.csv", csv_text(header, rows))
+            if plot:
+                try:
+                    plot_curves(runs, directory / "curves.png")
+                except ImportError as err:  # the table stands without the picture
+                    print(f"{PROGRAM}: no curves.png: {err}")
     return text
+
+
+@contextlib.contextmanager
+def _made_or_nothing(directory: files.Path) -> Iterator[files.Path]:
+    """`directory`, created with its missing parents; if the block fails (a full disk), the
+    folders this call created are removed again, so a failed report leaves no empty --out.
+    A folder that existed keeps whatever it held."""
+    first_made = None
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            break
+        first_made = folder
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        yield directory
+    except BaseException:
+        if first_made is not None:
+            first_made.rmtree(missing_ok=True)
+        raise
 
 
 def main(run_dirs: list[str]) -> None:

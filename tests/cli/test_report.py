@@ -86,3 +86,30 @@ def test_a_directory_without_metrics_is_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"bertjax-report: error: {tmp_path}: no metrics.jsonl: pass the --workdir of a "
         "bertjax-train or bertjax-finetune run that has logged at least one step"]
+
+
+def test_a_report_on_a_full_disk_leaves_no_folder_behind(tmp_path):
+    """--out on a full disk left an empty report folder (issue #45's last finding); a folder
+    that existed keeps what it held."""
+    import os
+
+    from bertjax.cli.report import report
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
+                                            str(disk)], capture_output=True).returncode:
+        pytest.skip("mounting a small tmpfs needs root")
+    run_dir = str(REPO / "tests" / "fixtures" / "workdirs" / "bert_pretraining")
+    try:
+        (disk / "filler").write_bytes(b"\0" * 60 * 1024)
+        (disk / "kept").mkdir()
+        (disk / "kept" / "notes.txt").write_text("mine")
+        for out in (disk / "report" / "sub", disk / "kept"):
+            with pytest.raises(OSError) as full:
+                report([run_dir] * 40, str(out), plot=False)
+            assert full.value.errno == 28
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "kept"]
+        assert [p.name for p in (disk / "kept").iterdir()] == ["notes.txt"]
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=False)
