@@ -47,19 +47,20 @@ class _NoLibraryTracebacks(logging.Filter):
         return not record.getMessage().startswith("Could not determine bucket type")
 
 
-@functools.cache
 def _prepare_object_store() -> None:
-    """Settings for the object-store libraries, made once, when the first gs:// path is seen
-    (code that never touches gs:// gets none of them): etils reads gs:// through fsspec's
-    gcsfs, not TensorFlow's gfile (EPATH_USE_TF, read when a path picks its backend); under
-    an emulator (STORAGE_EMULATOR_HOST) gcsfs does not probe each bucket's layout over gRPC,
-    which emulators do not serve (a minute of retries per bucket; read when gcsfs is
-    imported, on first gs:// use); and gcsfs's tracebacks are dropped (_NoLibraryTracebacks).
-    An explicit environment variable always wins."""
+    """Settings for the object-store libraries, made whenever a gs:// path is made (code that
+    never touches gs:// gets none of them; an explicit environment variable always wins):
+    etils reads gs:// through fsspec's gcsfs, not TensorFlow's gfile (EPATH_USE_TF, which
+    etils reads once, at its first gs:// operation, so it is set before every path that could
+    be that first one); under an emulator (STORAGE_EMULATOR_HOST) gcsfs does not probe each
+    bucket's layout over gRPC, which emulators do not serve (a minute of retries per bucket;
+    read when gcsfs is imported, on first gs:// use); and gcsfs's tracebacks are dropped."""
     os.environ.setdefault("EPATH_USE_TF", "false")
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-    logging.getLogger("gcsfs").addFilter(_NoLibraryTracebacks())
+    gcsfs_logger = logging.getLogger("gcsfs")
+    if not any(isinstance(f, _NoLibraryTracebacks) for f in gcsfs_logger.filters):
+        gcsfs_logger.addFilter(_NoLibraryTracebacks())
 
 Path = epath.Path
 OBJECT_STORES = ("gs",)  # the URI schemes bertjax reads and writes

@@ -100,7 +100,7 @@ def test_gcsfs_tracebacks_are_not_logged_its_other_records_are(caplog):
     unreachable gs:// workdir (the error itself still reaches the tool)."""
     import logging
 
-    import bertjax.files  # noqa: F401 - installs the filter
+    files.as_path("gs://bucket/run")  # the first gs:// path installs the filter
 
     gcsfs_log = logging.getLogger("gcsfs")
     with caplog.at_level(logging.DEBUG, logger="gcsfs"):
@@ -112,3 +112,26 @@ def test_gcsfs_tracebacks_are_not_logged_its_other_records_are(caplog):
         gcsfs_log.warning("a warning of its own")
     assert "out of retries" not in caplog.text and "bucket type" not in caplog.text
     assert "a warning of its own" in caplog.text
+
+
+GS_BACKEND = """
+import os
+from etils.epath import backend
+from bertjax import files
+files.as_path("gs://bucket/a")  # a gs:// path made, no operation on it yet
+os.environ.pop("EPATH_USE_TF")  # as a test's environment fixture restores it
+path = files.as_path("gs://bucket/b")
+print(path._backend is backend.fsspec_backend, os.environ.get("EPATH_USE_TF"))
+"""
+
+
+def test_gs_paths_go_through_gcsfs_whenever_their_first_operation_comes():
+    """etils picks TensorFlow's gfile or gcsfs once, at the first gs:// operation, from
+    EPATH_USE_TF: a path made after the variable went away (an emulator fixture restoring the
+    environment) chose gfile, which ignores the emulator, and every later gs:// test of the
+    worker failed. Importing bertjax sets nothing; a gs:// path sets it."""
+    env = {k: v for k, v in os.environ.items() if k != "EPATH_USE_TF"}
+    out = subprocess.run([sys.executable, "-c", GS_BACKEND], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "false"]

@@ -73,13 +73,15 @@ class _QuietLoader(importlib.abc.Loader):
 
 
 class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
-    """Finds `tensorflow` as the other finders do and gives it the quiet loader."""
+    """Finds `tensorflow` as the other finders do and gives it the quiet loader. It stays in
+    place after a lookup: libraries probe for TensorFlow with `importlib.util.find_spec`
+    (flax.io, etils) long before a module imports it, and the import that follows must still
+    get the quiet loader; once TensorFlow is loaded, imports find it in sys.modules."""
 
     def find_spec(self, name: str, path: object = None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if name != "tensorflow":
             return None
-        sys.meta_path.remove(self)  # once: later imports find the loaded module
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is not None and spec.loader is not None:
             spec.loader = _QuietLoader(spec.loader)
