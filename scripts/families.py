@@ -1,7 +1,9 @@
-"""The families study, from one command: ELMo, GPT and BERT pretrained on the same corpus for
-the same budget, each evaluated fine-tuned and feature-based against its random-init twin on
-AG News and a QNLI built from the SQuAD slice, over seeds; the papers' ablations on the same
-regime; a polysemy view; tables and plots (docs/families.md).
+"""ELMo, GPT and BERT on one corpus and budget, against their random-init twins (docs/families.md).
+
+From one command: the three families pretrained on the same corpus for the same budget, each
+evaluated fine-tuned and feature-based against its random-init twin on AG News and a QNLI
+built from the SQuAD slice, over seeds; the papers' ablations on the same regime; a polysemy
+view; tables and plots.
 
     python scripts/families.py --root=workdir/families              # the full study
     python scripts/families.py --root=workdir/families_quick --quick  # one seed, few steps
