@@ -195,9 +195,49 @@ def test_tables_are_recomputed_from_the_runs_files(tmp_path):
                                            "model.json").read_text())), 8, 16, 6))
 
 
+def test_a_killed_study_resumes_where_it_stopped(tmp_path, monkeypatch):
+    """Re-running skips every run whose study.json (written last) is there and runs the rest,
+    a run whose workdir exists without that marker (killed mid-run) included."""
+    from families_study import downstream, execute, senses
+
+    plan, _ = fake_study(tmp_path)
+    finished = set()
+    for n, d in enumerate(plan.downstream):
+        if n % 3 == 0:  # every third run finished; the others were killed after writing files
+            (tmp_path / d.workdir / downstream.DONE).write_text(
+                json.dumps({"results": {"accuracy": 0.5}, "seconds": 1.0}))
+            finished.add(d.workdir)
+    calls = []
+
+    def fake_run(job, study, init, data, workdir):
+        calls.append(job.workdir)
+        return {"accuracy": 0.5}
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a finished pretraining run was started again")
+
+    monkeypatch.setattr(downstream, "_finetune", fake_run)
+    monkeypatch.setattr(downstream, "_features", fake_run)
+    monkeypatch.setattr(senses, "run_senses", lambda *args: calls.append("senses"))
+    monkeypatch.setattr(execute.subprocess, "run", no_process)
+    monkeypatch.setattr(execute, "use_compilation_cache", lambda root: None)
+    study = load_study("configs/studies/families_quick.gin", ["families_study.seeds = 2"])
+    data = data_lib.StudyData(*(tmp_path / f"d{i}" for i in range(6)))
+    logged = []
+    execute.execute(plan, study, tmp_path, data, logged.append)
+    expected = [d.workdir for d in plan.downstream if d.workdir not in finished]
+    assert [c for c in calls if c != "senses"] == expected and finished
+    assert [m.split(": ")[1] for m in logged if m.startswith("downstream")] == expected
+    assert all((tmp_path / w / downstream.DONE).is_file() for w in expected)
+    calls.clear()
+    execute.execute(plan, study, tmp_path, data, logged.append)
+    assert [c for c in calls if c != "senses"] == []
+
+
 @pytest.mark.e2e
 def test_quick_study_end_to_end(tmp_path):
-    """Every cell runs and writes its files, the report is recomputed identically from them."""
+    """Every cell runs and writes its files; the table holds the runs' own accuracies; a second
+    run of the same command reruns nothing and recomputes the report identically from them."""
     root = tmp_path / "study"
     result = script(f"--root={root}", "--quick", "--jobs=2", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -212,10 +252,19 @@ def test_quick_study_end_to_end(tmp_path):
     names = sorted(path.name for path in report.iterdir())
     assert {"families_agnews.md", "families_qnli5.csv", "polysemy.csv", "curves.png",
             "families.png", "polysemy.png", "gpt_table5.md"} <= set(names)
+    for row in read_csv(report / "families_agnews.csv"):  # the table reads the runs' files
+        for init in ("pretrained", "random"):
+            run = root / f"runs/agnews/{row['family']}-{init}-{row['approach']}/seed=0"
+            final = json.loads((run / "eval_results.json").read_text())["final"]
+            assert float(row[f"{init}_mean"]) == pytest.approx(final["accuracy"], rel=1e-12)
+            assert float(row[f"{init}_std"]) == 0.0  # one seed
     before = {name: (report / name).read_bytes() for name in names if name.endswith(".csv")}
     shutil.rmtree(report)
-    again = script(f"--root={root}", "--quick", "--report_only")
+    again = script(f"--root={root}", "--quick")  # resumes: every run finished, none runs again
     assert again.returncode == 0, again.stderr[-2000:]
+    ran = [line for line in again.stdout.splitlines()
+           if any(f"] {step} " in line for step in ("pretrain", "downstream", "senses"))]
+    assert ran == []
     assert {name: (report / name).read_bytes() for name in before} == before
 
 
