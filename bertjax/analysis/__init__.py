@@ -1,5 +1,7 @@
 """Looking inside trained models: contextual word vectors across layers (polysemy.py),
-attention weights per layer and head (attention.py), heat maps of both (plotting.py)."""
+attention weights per layer and head (attention.py), heat maps of both (plotting.py); frozen
+features of any family (features.py) and the small classifier that reads them (probe.py);
+held-out scores against the unigram baseline (heldout.py)."""
 
 from bertjax.analysis.attention import (
     AttentionMaps,
@@ -16,7 +18,9 @@ from bertjax.analysis.polysemy import (
     WordVectors,
     bert_word_vectors,
     elmo_word_vectors,
+    gpt_word_vectors,
     plot_similarities,
+    sense_separation,
     similarity_matrices,
     third_sense,
 )
@@ -32,9 +36,11 @@ __all__ = [
     "collect_attention",
     "elmo_word_vectors",
     "gpt_attention",
+    "gpt_word_vectors",
     "heatmap_grid",
     "plot_attention",
     "plot_similarities",
+    "sense_separation",
     "similarity_matrices",
     "third_sense",
 ]

@@ -1,4 +1,4 @@
-"""One word in several sentences: its vector at every layer of a BERT or an ELMo, compared.
+"""One word in several sentences: its vector at every layer of a BERT, a GPT or an ELMo, compared.
 
     vectors = bert_word_vectors(config, params, vocab)          # "bank" in SENTENCES
     sims_KxNxN = similarity_matrices(vectors.vectors)     # cosine, one matrix per layer
@@ -11,8 +11,14 @@ Layers, index 0 first (`WordVectors.layer_names`):
   "embeddings" (the encoder's input: word + position + segment embeddings, LayerNorm; *not*
   static, as "bank" sits at different positions), then "layer 1" ... "layer L". So index k + 1
   is Hugging Face's `hidden_states[k]`.
+- GPT: "token" (the token embedding rows alone: static), then "layer 1" ... "layer L", the
+  last one GPT's final hidden state (after the final LayerNorm of a pre-LN model). A causal
+  model's vector of the word sees only the words before it.
 - ELMo: "token" (the char-CNN or word-table output, context-free), then "lstm 1" ... "lstm L",
   each [forward; backward] (`ElmoEmbedder.embed`).
+
+`sense_separation` puts one number on a layer: how much closer two occurrences of the same
+sense are than two of different senses (0 for a static layer, where all are the same vector).
 
 A word split into several pieces (BERT) is the mean of its pieces' vectors. The first
 occurrence of the word in a sentence is used.
@@ -34,6 +40,8 @@ import numpy as np
 from bertjax.analysis.plotting import heatmap_grid
 from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.models.bert import BertConfig, BertModel
+from bertjax.models.gpt import GptConfig, GptLM
+from bertjax.tokenizers.bpe import ByteLevelBPE, pretokenize
 from bertjax.tokenizers.elmo_vocab import tokenize
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.typing import Params
@@ -115,6 +123,50 @@ def bert_word_vectors(
     return WordVectors(word, tuple(sentences), names, vectors_KxNxE)
 
 
+def _bpe_positions(bpe: ByteLevelBPE, sentence: str, word: str) -> tuple[list[int], list[int]]:
+    """(ids of the sentence, positions of the word's tokens among them): the first piece of
+    GPT-2's pre-tokenization that is the word (its leading space aside, ignoring case)."""
+    ids: list[int] = []
+    positions: list[int] = []
+    for piece in pretokenize(sentence):
+        piece_ids = bpe.encode(piece)
+        if not positions and piece.strip().lower() == word.lower():
+            positions = list(range(len(ids), len(ids) + len(piece_ids)))
+        ids += piece_ids
+    if not positions:
+        raise ValueError(f"{word!r} is not a word of the sentence {sentence!r}: pass sentences "
+                         "that contain the word")
+    return ids, positions
+
+
+def gpt_word_vectors(
+    config: GptConfig,
+    params: Params,
+    bpe: ByteLevelBPE,
+    sentences: Sequence[str] = SENTENCES,
+    word: str = WORD,
+) -> WordVectors:
+    """The word's vector in each sentence at the token embedding and every GPT layer (a word
+    of several tokens: their mean)."""
+    encoded = [_bpe_positions(bpe, s, word) for s in sentences]
+    T = max(len(ids) for ids, _ in encoded)
+    ids_NxT = np.zeros((len(sentences), T), np.int32)
+    mask_NxT = np.zeros_like(ids_NxT)
+    for n, (ids, _) in enumerate(encoded):
+        ids_NxT[n, :len(ids)], mask_NxT[n, :len(ids)] = ids, 1
+    params = nn.unbox(params)
+    lm = GptLM(config)
+    apply = jax.jit(lambda p, i, m: lm.apply({"params": p}, i, m, method=GptLM.hidden))
+    final, hidden = apply(params, jnp.asarray(ids_NxT), jnp.asarray(mask_NxT))
+    table_VxE = np.asarray(params["token_embeddings"]["embedding"])
+    layers = [*map(np.asarray, hidden[1:-1]), np.asarray(final)]  # the inputs left out
+    states_KxNxTxE = np.stack([table_VxE[ids_NxT], *layers])
+    vectors_KxNxE = np.stack([states_KxNxTxE[:, n, positions].mean(axis=1)
+                              for n, (_, positions) in enumerate(encoded)], axis=1)
+    names = ("token", *(f"layer {i}" for i in range(1, len(layers) + 1)))
+    return WordVectors(word, tuple(sentences), names, vectors_KxNxE)
+
+
 def elmo_word_vectors(
     embedder: ElmoEmbedder,
     sentences: Sequence[str] = SENTENCES,
@@ -139,6 +191,23 @@ def elmo_word_vectors(
     K = vectors_KxNxE.shape[0]
     names = ("token", *(f"lstm {i}" for i in range(1, K)))
     return WordVectors(word, tuple(sentences), names, vectors_KxNxE)
+
+
+def sense_separation(similarities_KxNxN: np.ndarray, senses: Sequence[str]) -> np.ndarray:
+    """Per layer [K]: the mean cosine between two occurrences of the same sense minus the mean
+    cosine between two occurrences of different senses. 0 where every occurrence has one
+    vector (a static layer); above 0 where the layer tells the senses apart."""
+    sims = np.asarray(similarities_KxNxN, np.float64)
+    labels = np.asarray(list(senses))
+    if sims.shape[-2:] != (len(labels), len(labels)) or len(set(labels)) < 2:
+        raise ValueError(f"{len(labels)} sense labels for {sims.shape} matrices: label every "
+                         "sentence, with two senses or more")
+    pairs = ~np.eye(len(labels), dtype=bool)
+    same = (labels[:, None] == labels[None, :]) & pairs
+    if not same.any():
+        raise ValueError("no sense has two sentences: give two or more per sense")
+    different = labels[:, None] != labels[None, :]
+    return sims[:, same].mean(axis=-1) - sims[:, different].mean(axis=-1)
 
 
 @dataclasses.dataclass(frozen=True)

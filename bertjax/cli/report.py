@@ -9,6 +9,12 @@ that differ between the runs; a fine-tuning run also shows the pretraining run i
 (WORKDIR/init.txt) as pretrain_* columns. Training metrics are the mean of the last --last
 logged steps; dev_ / best_ metrics come from the last evaluation and eval_results.json.
 Writes OUT/report.md, OUT/report.csv and OUT/curves.png (needs matplotlib) and prints the table.
+
+    bertjax-report workdir/study/agnews/*/seed=* --over_seeds --out=workdir/study/report
+
+--over_seeds puts runs that differ only by their seed in one row (workdirs `CELL/seed=N` or
+`NAME=VALUE,...,seed=N`): each metric's mean ± standard deviation over the seeds, and their
+number; the CSV has METRIC_mean and METRIC_std columns.
 """
 
 import contextlib
@@ -19,6 +25,7 @@ from absl import flags
 from bertjax import files
 from bertjax.analysis.report import csv_text, markdown, plot_curves, table
 from bertjax.analysis.runs import load_run
+from bertjax.analysis.seeds import seed_csv_table, seed_summary, seed_table
 from bertjax.cli import runner
 
 PROGRAM = "bertjax-report"
@@ -33,19 +40,29 @@ def define_flags() -> None:
     runner.define_once(flags.DEFINE_integer, "last", 5,
                        "Training metrics are averaged over this many last logged steps.")
     runner.define_once(flags.DEFINE_bool, "plot", True, "Draw curves.png (needs matplotlib).")
+    runner.define_once(flags.DEFINE_bool, "over_seeds", False,
+                       "One row per group of runs that differ only by seed (CELL/seed=N): "
+                       "mean ± std of each metric.")
 
 
-def report(run_dirs: list[str], out: str | None, last: int = 5, plot: bool = True) -> str:
+def report(run_dirs: list[str], out: str | None, last: int = 5, plot: bool = True,
+           over_seeds: bool = False) -> str:
     """Read the runs, write the report files into `out` (if given); the markdown table."""
     if not run_dirs:
         raise ValueError(f"no run directories given: {PROGRAM} WORKDIR... [--out=DIR]")
     runs = [load_run(path) for path in run_dirs]
-    header, rows = table(runs, last)
+    if over_seeds:
+        summary = seed_summary(runs, last=last)
+        header, rows = seed_table(summary)
+        csv_header, csv_rows = seed_csv_table(summary)
+    else:
+        header, rows = table(runs, last)
+        csv_header, csv_rows = header, rows
     text = markdown(header, rows)
     if out:
         with _made_or_nothing(files.as_path(out)) as directory:  # local or gs://
             files.write_text(directory / "report.md", text)
-            files.write_text(directory / "report.csv", csv_text(header, rows))
+            files.write_text(directory / "report.csv", csv_text(csv_header, csv_rows))
             if plot:
                 try:
                     plot_curves(runs, directory / "curves.png")
@@ -74,7 +91,7 @@ def _made_or_nothing(directory: files.Path) -> Iterator[files.Path]:
 
 
 def main(run_dirs: list[str]) -> None:
-    print(report(run_dirs, FLAGS.out, FLAGS.last, FLAGS.plot), end="")
+    print(report(run_dirs, FLAGS.out, FLAGS.last, FLAGS.plot, FLAGS.over_seeds), end="")
     if FLAGS.out:
         print(f"written: {FLAGS.out}/report.md, report.csv"
               + (", curves.png" if FLAGS.plot else ""))

@@ -1,5 +1,6 @@
 """Contextual "bank" vectors: MiniLM separates the money and river senses, its static token
-layer does not; a tiny ELMo's token layer is context-free; the verdict rule and the picture."""
+layer does not; a tiny ELMo's token layer is context-free; a tiny GPT's vector of a word sees
+only the words before it; the verdict rule, the sense separation and the picture."""
 
 import jax
 import numpy as np
@@ -91,3 +92,36 @@ def test_similarity_picture_is_written(minilm_bank, tmp_path):
     pytest.importorskip("matplotlib")
     path = polysemy.plot_similarities(minilm_bank, tmp_path / "bank.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_gpt_word_vectors_see_only_the_words_before():
+    from bertjax.models.gpt import GptLM, gpt_config
+    from bertjax.tokenizers.bpe import learn_bpe
+
+    sentences = ["The river bank was muddy .", "The river bank was full of money .",
+                 "My bank pays interest ."]
+    bpe = learn_bpe(sentences * 4, 300)
+    config = gpt_config("gpt2_tiny", vocab_size=bpe.vocab_size, max_position_embeddings=16,
+                        num_layers=2, hidden_size=32, num_heads=2, mlp_dim=64)
+    params = GptLM(config).init(jax.random.key(0), np.zeros((1, 2), np.int32))["params"]
+    vectors = polysemy.gpt_word_vectors(config, params, bpe, sentences, "bank")
+    assert vectors.layer_names == ("token", "layer 1", "layer 2")
+    assert vectors.vectors.shape == (3, 3, 32)
+    # the same words before "bank": the same vector at every layer, whatever follows
+    np.testing.assert_allclose(vectors.vectors[:, 0], vectors.vectors[:, 1], atol=1e-5)
+    assert not np.allclose(vectors.vectors[2, 0], vectors.vectors[2, 2], atol=1e-4)
+    with pytest.raises(ValueError, match="not a word"):
+        polysemy.gpt_word_vectors(config, params, bpe, ["No such word ."], "bank")
+
+
+def test_sense_separation():
+    static = np.ones((1, 4, 4))
+    senses = ("a", "a", "b", "b")
+    assert polysemy.sense_separation(static, senses) == pytest.approx([0.0])
+    sims = np.eye(4)
+    sims[0, 1] = sims[1, 0] = 0.9
+    sims[2, 3] = sims[3, 2] = 0.7
+    sims[:2, 2:] = sims[2:, :2] = 0.2  # within: (0.9 + 0.7) / 2, across: 0.2
+    assert polysemy.sense_separation(sims[None], senses) == pytest.approx([0.6])
+    with pytest.raises(ValueError, match="two or more"):
+        polysemy.sense_separation(np.eye(2)[None], ("a", "b"))

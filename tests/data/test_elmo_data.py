@@ -161,3 +161,18 @@ def test_source_errors_are_one_line(tmp_path):
     with pytest.raises(ValueError, match="elmo_source.vocab to 'learn'") as err:
         ElmoSource(corpus=corpus, vocab=str(tmp_path / "absent.txt")).prepare(tmp_path / "w")
     assert "\n" not in str(err.value)
+
+
+def test_source_reads_the_tfds_feature_text_key_names():
+    """ELMo's source takes text_key as BERT's and GPT's do (TFDS's ag_news_subset keeps its
+    text in 'description'), so the three families can read one TFDS corpus."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow as tf
+
+    def as_dataset(self, *args, **kwargs):
+        return tf.data.Dataset.from_tensor_slices(
+            {"title": ["a", "b"], "description": ["Stocks rose. Bonds fell.", "Rain came."]})
+
+    source = ElmoSource(corpus="tfds:ag_news_subset:train", text_key="description")
+    with tfds.testing.mock_data(as_dataset_fn=as_dataset):
+        assert source.read_documents() == [["Stocks rose.", "Bonds fell."], ["Rain came."]]

@@ -43,14 +43,14 @@ class ElmoSource(Source):
     def __init__(self, corpus: str = "stdlib", corpus_format: str = "bert", mode: str = "sentence",
                  vocab: str = "learn", vocab_size: int = 793471, min_count: int = 1,
                  tokenizer: str = "simple", max_chars: int = MAX_CHARS, chars: bool = True,
-                 seed: int = 0):
+                 seed: int = 0, text_key: str = "text"):
         if mode not in MODES:
             raise ValueError(f"unknown ELMo data mode {mode!r}: set elmo_source.mode to "
                              "sentence or stream")
         if tokenizer not in TOKENIZERS:
             raise ValueError(f"unknown tokenizer {tokenizer!r}: set elmo_source.tokenizer to "
                              f"{' or '.join(TOKENIZERS)}")
-        super().__init__(corpus, corpus_format, vocab, vocab_size, seed)
+        super().__init__(corpus, corpus_format, vocab, vocab_size, seed, text_key)
         self.mode, self.min_count, self.tokenizer = mode, min_count, tokenizer
         self.max_chars, self.chars = max_chars, chars
         self.corpus: EncodedCorpus | None = None

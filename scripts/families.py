@@ -1,0 +1,129 @@
+"""ELMo, GPT and BERT on one corpus and budget, against their random-init twins (docs/families.md).
+
+From one command: the three families pretrained on the same corpus for the same budget, each
+evaluated fine-tuned and feature-based against its random-init twin on AG News and a QNLI
+built from the SQuAD slice, over seeds; the papers' ablations on the same regime; a polysemy
+view; tables and plots.
+
+    python scripts/families.py --root=workdir/families              # the full study
+    python scripts/families.py --root=workdir/families_quick --quick  # one seed, few steps
+    python scripts/families.py --root=workdir/families --report_only  # tables from the runs
+    python scripts/families.py --root=R --study=configs/studies/families_large.gin  # larger
+    python scripts/families.py --study=configs/studies/families_large.gin --compile
+
+The study's sizes and budgets are a gin file (--study, default configs/studies/
+families_cpu.gin; --gin.families_study.NAME=VALUE changes one). Re-running resumes: finished
+runs are skipped. --dry_run prints the plan. --compile runs bertjax-compile on each model for
+the study's target (families_study.compile_mesh) and exits 1 when one does not fit.
+--publish=DIR copies the report's tables and plots there (docs/families/). The shared data
+is read from --data (default ../shared/data, from the repository root).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import shutil
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from families_study import config as config_lib  # noqa: E402
+from families_study import data as data_lib  # noqa: E402
+from families_study.plan import make_plan  # noqa: E402
+
+QUICK = "configs/studies/families_quick.gin"
+DEFAULT = "configs/studies/families_cpu.gin"
+PROGRAM = "families.py"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default=None, help="directory of the study's runs")
+    parser.add_argument("--study", default=None, help=f"sizes and budgets (default {DEFAULT})")
+    parser.add_argument("--quick", action="store_true", help=f"the quick variant ({QUICK})")
+    parser.add_argument("--gin", action="append", default=[], metavar="NAME=VALUE",
+                        help="a gin binding on top of the study file (repeatable)")
+    parser.add_argument("--data", default=None, help="shared data directory (default: the "
+                        "study's families_study.shared_data)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="pretraining runs at a time (each a bertjax-train process)")
+    parser.add_argument("--dry_run", action="store_true", help="print the plan only")
+    parser.add_argument("--compile", action="store_true",
+                        help="compile each model's train step for the study's compile target "
+                             "(bertjax-compile, families_study.compile_mesh) instead of running")
+    parser.add_argument("--report_only", action="store_true",
+                        help="recompute the tables and plots from the runs' files")
+    parser.add_argument("--publish", default=None, help="copy report tables and plots here")
+    args = parser.parse_args(argv)
+    if args.quick and args.study:
+        parser.error("give --quick or --study, not both")
+    if not args.root and not (args.dry_run or args.compile):
+        parser.error("--root is required (the directory of the study's runs)")
+    return args
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def describe(plan: object) -> str:
+    lines = [f"{len(plan.pretraining)} pretraining runs, {len(plan.downstream)} downstream runs"]
+    lines += [f"  pretrain {p.workdir}: {p.family}, {p.steps} steps" for p in plan.pretraining]
+    lines += [f"  {d.workdir}" for d in plan.downstream]
+    return "\n".join(lines)
+
+
+def publish(root: pathlib.Path, target: pathlib.Path) -> None:
+    """Copy report/*.md, *.csv, *.png into `target` (the tables' and plots' published place)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted((root / "report").iterdir()):
+        if path.suffix in (".md", ".csv", ".png") and path.is_file():
+            shutil.copy2(path, target / path.name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    study_file = QUICK if args.quick else (args.study or DEFAULT)
+    try:
+        study = config_lib.load_study(study_file, args.gin)
+        plan = make_plan(study)
+    except (config_lib.StudyError, ValueError) as err:
+        print(f"{PROGRAM}: error: {err}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        print(describe(plan))
+        return 0
+    if args.compile:
+        from families_study.execute import compile_plan
+
+        try:
+            return 0 if compile_plan(plan, study, _log) else 1
+        except ValueError as err:
+            print(f"{PROGRAM}: error: {err}", file=sys.stderr)
+            return 2
+    root = pathlib.Path(args.root).resolve()
+    shared = pathlib.Path(args.data or study.shared_data)
+    shared = shared if shared.is_absolute() else (config_lib.REPO / shared).resolve()
+    start = time.perf_counter()
+    try:
+        data = data_lib.prepare(shared, root, study.train_rows, study.eval_rows)
+        if not args.report_only:
+            from families_study.execute import execute
+
+            execute(plan, study, root, data, _log, args.jobs)
+        from families_study.tables import write_report
+
+        texts = write_report(plan, root, list(study.tasks))
+    except (data_lib.DataError, RuntimeError, FileNotFoundError) as err:
+        print(f"{PROGRAM}: error: {err}", file=sys.stderr)
+        return 2
+    print("\n\n".join(texts))
+    if args.publish:
+        publish(root, pathlib.Path(args.publish))
+    _log(f"study done in {time.perf_counter() - start:.0f} s; report in {root / 'report'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
