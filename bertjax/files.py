@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import IO
 
 from etils import epath
+from etils.epath import gpath
 
 
 class _NoLibraryTracebacks(logging.Filter):
@@ -47,20 +48,34 @@ class _NoLibraryTracebacks(logging.Filter):
         return not record.getMessage().startswith("Could not determine bucket type")
 
 
+FALSE = ("false", "no", "f", "0")  # the EPATH_USE_TF values etils reads as false
+
+
 def _prepare_object_store() -> None:
     """Settings for the object-store libraries, made whenever a gs:// path is made (code that
     never touches gs:// gets none of them; an explicit environment variable always wins):
-    etils reads gs:// through fsspec's gcsfs, not TensorFlow's gfile (EPATH_USE_TF, which
-    etils reads once, at its first gs:// operation, so it is set before every path that could
-    be that first one); under an emulator (STORAGE_EMULATOR_HOST) gcsfs does not probe each
-    bucket's layout over gRPC, which emulators do not serve (a minute of retries per bucket;
-    read when gcsfs is imported, on first gs:// use); and gcsfs's tracebacks are dropped."""
+
+    * etils reads gs:// through fsspec's gcsfs, not TensorFlow's gfile, which ignores the
+      documented emulator endpoints (EPATH_USE_TF=false). etils decides once per process, at
+      the first gs:// operation of any library, and keeps its decision: TFDS probing its own
+      bucket before bertjax's first gs:// path, with the variable not yet set, fixed gfile for
+      every later path. A decision for gfile that the variable now refuses is dropped, so the
+      next operation decides again.
+    * Under an emulator (STORAGE_EMULATOR_HOST) gcsfs does not probe each bucket's layout over
+      gRPC, which emulators do not serve (a minute of retries per bucket; read when gcsfs is
+      imported, on first gs:// use).
+    * gcsfs's tracebacks are dropped (_NoLibraryTracebacks)."""
     os.environ.setdefault("EPATH_USE_TF", "false")
+    decided = getattr(gpath, "_is_tf_installed", None)  # etils' private cache, if it has one
+    if (hasattr(decided, "cache_clear") and os.environ["EPATH_USE_TF"].lower() in FALSE
+            and decided()):
+        decided.cache_clear()
     if os.environ.get("STORAGE_EMULATOR_HOST"):
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     gcsfs_logger = logging.getLogger("gcsfs")
     if not any(isinstance(f, _NoLibraryTracebacks) for f in gcsfs_logger.filters):
         gcsfs_logger.addFilter(_NoLibraryTracebacks())
+
 
 Path = epath.Path
 OBJECT_STORES = ("gs",)  # the URI schemes bertjax reads and writes

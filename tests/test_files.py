@@ -135,3 +135,23 @@ def test_gs_paths_go_through_gcsfs_whenever_their_first_operation_comes():
                          env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "false"]
+
+
+GS_AFTER_A_PROBE = """
+import os
+from etils.epath import backend, gpath
+assert gpath._is_tf_installed()  # another library's gs:// operation, the variable unset
+os.environ["EPATH_USE_TF"] = "false"  # as an emulator fixture sets it
+from bertjax import files
+print(files.as_path("gs://bucket/b")._backend is backend.fsspec_backend)
+"""
+
+
+def test_gs_paths_go_through_gcsfs_after_another_library_chose_gfile():
+    """TFDS probing its bucket before bertjax's first gs:// path fixed etils on gfile for the
+    whole process (every gs:// test of a worker failed against the emulator)."""
+    env = {k: v for k, v in os.environ.items() if k != "EPATH_USE_TF"}
+    out = subprocess.run([sys.executable, "-c", GS_AFTER_A_PROBE], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
