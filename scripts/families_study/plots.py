@@ -16,6 +16,7 @@ import json
 import pathlib
 from typing import Any
 
+from bertjax.analysis.seeds import Spread
 from families_study.plan import APPROACHES, Plan
 
 LOSS_KEYS = {"bert": ("mlm_loss", "loss"), "gpt": ("loss",), "elmo": ("loss",)}
@@ -121,12 +122,12 @@ def plot_polysemy(senses: list[dict[str, Any]], path: pathlib.Path) -> None:
     _save(fig, path)
 
 
-def write_plots(plan: Plan, root: pathlib.Path, out: pathlib.Path, tasks: list[str],
-                pretraining: list[dict[str, Any]], senses: list[dict[str, Any]]) -> None:
-    """curves.png, families.png and (with senses) polysemy.png into `out`; none without
-    matplotlib (the tables stand without them)."""
-    from families_study.tables import cell_spreads
-
+def write_plots(plan: Plan, root: pathlib.Path, out: pathlib.Path,
+                spreads: dict[str, dict[str, Spread]], pretraining: list[dict[str, Any]],
+                senses: list[dict[str, Any]]) -> None:
+    """curves.png, families.png (from `spreads`: each task's cells, tables.cell_spreads) and
+    (with senses) polysemy.png into `out`; none without matplotlib (the tables stand without
+    them)."""
     try:
         from bertjax.analysis.plotting import pyplot
 
@@ -135,6 +136,6 @@ def write_plots(plan: Plan, root: pathlib.Path, out: pathlib.Path, tasks: list[s
         print(f"families.py: no plots: {err}")
         return
     plot_curves(plan, root, out / "curves.png", pretraining)
-    plot_families({t: cell_spreads(plan, root, t) for t in tasks}, out / "families.png")
+    plot_families(spreads, out / "families.png")
     if senses:
         plot_polysemy(senses, out / "polysemy.png")

@@ -250,5 +250,6 @@ def write_report(plan: Plan, root: pathlib.Path, tasks: list[str]) -> list[str]:
         texts.append(write_table(out, "polysemy", *polysemy_table(senses),
                                  title='Polysemy: sense separation of "bank" per layer '
                                        "(within-sense minus across-sense cosine; static = 0)"))
-    plots.write_plots(plan, root, out, tasks, pre, senses)
+    spreads = {task: cell_spreads(plan, root, task) for task in tasks}
+    plots.write_plots(plan, root, out, spreads, pre, senses)
     return texts
