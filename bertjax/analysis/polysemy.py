@@ -95,6 +95,21 @@ def _word_piece_positions(vocab: WordPieceVocabulary, sentence: str, word: str
     return ids, positions
 
 
+def _padded(rows: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids and mask [N, T] of the rows, zero-padded to the longest."""
+    ids_NxT = np.zeros((len(rows), max(map(len, rows))), np.int32)
+    mask_NxT = np.zeros_like(ids_NxT)
+    for n, row in enumerate(rows):
+        ids_NxT[n, :len(row)], mask_NxT[n, :len(row)] = row, 1
+    return ids_NxT, mask_NxT
+
+
+def _word_means(states_KxNxTxE: np.ndarray, positions: Sequence[Sequence[int]]) -> np.ndarray:
+    """[K, N, E]: at every layer k, sentence n's mean over the word's token positions[n]."""
+    return np.stack([states_KxNxTxE[:, n, list(p)].mean(axis=1) for n, p in enumerate(positions)],
+                    axis=1)
+
+
 def bert_word_vectors(
     config: BertConfig,
     params: Params,
@@ -104,21 +119,14 @@ def bert_word_vectors(
 ) -> WordVectors:
     """The word's vector in each sentence at the token embedding and every BERT layer."""
     encoded = [_word_piece_positions(vocab, s, word) for s in sentences]
-    T = max(len(ids) for ids, _ in encoded) + 2
-    ids_NxT = np.zeros((len(sentences), T), np.int32)
-    mask_NxT = np.zeros_like(ids_NxT)
-    for n, (ids, _) in enumerate(encoded):
-        row = [vocab.cls_id, *ids, vocab.sep_id]
-        ids_NxT[n, :len(row)], mask_NxT[n, :len(row)] = row, 1
+    ids_NxT, mask_NxT = _padded([[vocab.cls_id, *ids, vocab.sep_id] for ids, _ in encoded])
     params = nn.unbox(params)
     apply = jax.jit(lambda p, i, m: BertModel(config).apply({"params": p}, i, None, m))
     hidden = apply(params, jnp.asarray(ids_NxT), jnp.asarray(mask_NxT))["hidden_states"]
     table_VxE = np.asarray(params["embeddings"]["word_embeddings"]["embedding"])
     states_KxNxTxE = np.stack([table_VxE[ids_NxT], *map(np.asarray, hidden)])
-    vectors_KxNxE = np.stack([  # +1: the pieces sit after [CLS]
-        states_KxNxTxE[:, n, [p + 1 for p in positions]].mean(axis=1)
-        for n, (_, positions) in enumerate(encoded)
-    ], axis=1)
+    # +1: the pieces sit after [CLS]
+    vectors_KxNxE = _word_means(states_KxNxTxE, [[p + 1 for p in ps] for _, ps in encoded])
     names = ("token", "embeddings", *(f"layer {i}" for i in range(1, len(hidden))))
     return WordVectors(word, tuple(sentences), names, vectors_KxNxE)
 
@@ -149,11 +157,7 @@ def gpt_word_vectors(
     """The word's vector in each sentence at the token embedding and every GPT layer (a word
     of several tokens: their mean)."""
     encoded = [_bpe_positions(bpe, s, word) for s in sentences]
-    T = max(len(ids) for ids, _ in encoded)
-    ids_NxT = np.zeros((len(sentences), T), np.int32)
-    mask_NxT = np.zeros_like(ids_NxT)
-    for n, (ids, _) in enumerate(encoded):
-        ids_NxT[n, :len(ids)], mask_NxT[n, :len(ids)] = ids, 1
+    ids_NxT, mask_NxT = _padded([ids for ids, _ in encoded])
     params = nn.unbox(params)
     lm = GptLM(config)
     apply = jax.jit(lambda p, i, m: lm.apply({"params": p}, i, m, method=GptLM.hidden))
@@ -161,8 +165,7 @@ def gpt_word_vectors(
     table_VxE = np.asarray(params["token_embeddings"]["embedding"])
     layers = [*map(np.asarray, hidden[1:-1]), np.asarray(final)]  # the inputs left out
     states_KxNxTxE = np.stack([table_VxE[ids_NxT], *layers])
-    vectors_KxNxE = np.stack([states_KxNxTxE[:, n, positions].mean(axis=1)
-                              for n, (_, positions) in enumerate(encoded)], axis=1)
+    vectors_KxNxE = _word_means(states_KxNxTxE, [positions for _, positions in encoded])
     names = ("token", *(f"layer {i}" for i in range(1, len(layers) + 1)))
     return WordVectors(word, tuple(sentences), names, vectors_KxNxE)
 
