@@ -53,8 +53,21 @@ class _QuietOrbax(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.levelno >= logging.ERROR
-                    and ("orbax" in record.pathname or "orbax" in record.getMessage()))
+                    and ("orbax" in record.pathname or "orbax" in record.getMessage()
+                         or _raised_in_orbax(record.exc_info)))
 
+
+def _raised_in_orbax(exc_info: object) -> bool:
+    """Whether a log record's exception passed through orbax (asyncio's 'exception was never
+    retrieved' names only the future, whose message is tensorstore's, not orbax's)."""
+    if not isinstance(exc_info, tuple) or len(exc_info) != 3:
+        return False
+    tb = exc_info[2]
+    while tb is not None:
+        if "orbax" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 class _QuietOrbaxReports:

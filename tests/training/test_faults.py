@@ -417,3 +417,30 @@ def test_non_finite_loss_is_skipped_then_stops_with_one_line(bert_sample, tmp_pa
     assert f"({expected_skips} step(s) in a row" in errors[0]
     metrics = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert metrics[-1]["nonfinite"] == 1.0
+
+
+def test_asyncio_report_of_a_failed_orbax_read_is_dropped(tmp_path):
+    """A failed restore can leave asyncio's 'exception was never retrieved' record, whose message
+    names only tensorstore's error: the traceback through orbax marks it as the failure the
+    Checkpointer already reported in one line; asyncio's other records still reach the log."""
+    from bertjax.training.checkpoint import _QuietOrbax
+
+    def failure_from(filename):
+        code = compile("raise Exception('Encountered error while reading array index')",
+                       filename, "exec")
+        try:
+            exec(code)
+        except Exception:
+            return sys.exc_info()
+
+    def record(exc_info):
+        return logging.LogRecord("asyncio", logging.ERROR, "/usr/lib/asyncio/base_events.py",
+                                 1771, "_GatheringFuture exception was never retrieved", None,
+                                 exc_info)
+
+    quiet = _QuietOrbax()
+    from_orbax = failure_from("/venv/site-packages/orbax/checkpoint/_src/serialization.py")
+    from_elsewhere = failure_from("/venv/site-packages/someone/else.py")
+    assert not quiet.filter(record(from_orbax))
+    assert quiet.filter(record(from_elsewhere))
+    assert quiet.filter(record(None))
