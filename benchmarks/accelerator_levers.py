@@ -4,20 +4,20 @@ one run, with where the step's time goes before and after.
 Every measurement is bertjax's own train step (`build_trainer`, bfloat16 compute, AdamW + clip
 1.0, dropout 0.1), each in its own process on the same device, timed as
 benchmarks/accelerator_step.py times its rows. In the order they run (a deadline stops the
-run and lists what is left):
+run and lists what is left; the rows a short run must not miss come first):
 
-  bert_large  BERT-large pretraining, seq 128, batch --batch: today's defaults, then each lever
-              turned back alone, the vocabulary padded to 64 (off by default), then every
-              lever back ("before": the step of the first H100 table). The defaults and
+  bert_large  BERT-large pretraining, seq 128, batch --batch: today's defaults, every lever
+              back ("before": the step of the first H100 table), then each lever turned
+              back alone and the vocabulary padded to 64 (off by default). The defaults and
               "before" steps are profiled and their time attributed by name stack
               (xplane_summary.py).
+  packing     BERT-base on real text (WikiText-2 batches made by accelerator_batches.py and
+              carried to the device) at 128 and 512, unpacked and packed: real tokens/s.
   dropout     BERT-large with the paper's attention dropout 0.1: in cuDNN's fused kernel
               (attention_impl "dot_product"), on the XLA path, and the rbg / unsafe_rbg
               generators for the other dropout sites.
   gpt2        GPT-2 124M, seq 1024: defaults, the vocabulary padded to 64, the loss through
               float32 logits, every lever back.
-  packing     BERT-base on real text (WikiText-2 batches made by accelerator_batches.py and
-              carried to the device) at 128 and 512, unpacked and packed: real tokens/s.
   flags       BERT-large defaults under each candidate XLA GPU flag (FLAGS), alone.
 
     PYTHONPATH=. python benchmarks/accelerator_levers.py --batches=device_batches --out=OUT
@@ -202,7 +202,10 @@ class Runner:
                 "npz": npz, "result": str(self.tmp / f"{len(self.results)}.json"),
                 "profile": str(self.tmp / f"trace{len(self.results)}") if profile else ""}
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               "TF_CPP_MIN_LOG_LEVEL": "3", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+               "TF_CPP_MIN_LOG_LEVEL": "3", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
+               # a profiled row compiles its step twice (timing, then the HLO text): once
+               "JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR",
+                                                           str(self.tmp / "compile_cache"))}
         if self.args.quick:
             env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", XLA_FLAGS="")
         if xla_flags:
@@ -302,13 +305,19 @@ def main(argv=None) -> None:
         groups[group] = (reference, results)
 
     if "bert_large" in args.groups:
-        items = [run("bert_large", "defaults", large, {}, profile=True)]
+        items = [run("bert_large", "defaults", large, {}, profile=True),
+                 run("bert_large", "before (every lever back)", large, BEFORE, profile=True)]
         items += [run("bert_large", f"{name} (back)", large, lever)
                   for name, lever in LEVERS.items()]
         items += [run("bert_large", name, large, lever) for name, lever in PADDED.items()]
-        items.append(run("bert_large", "before (every lever back)", large, BEFORE,
-                         profile=True))
         measure("bert_large", "before (every lever back)", items)
+    if "packing" in args.groups and args.batches:
+        for npz in sorted(pathlib.Path(args.batches).glob("bert_*_unpacked.npz")):
+            length = npz.stem.split("_")[1]
+            items = [run(f"packing {length}", layout, base, {},
+                         npz=str(npz.with_name(f"bert_{length}_{layout}.npz")))
+                     for layout in ("unpacked", "packed")]
+            measure(f"packing {length}", "unpacked", items)
     if "dropout" in args.groups:
         items = [run("dropout", name, large, levers) for name, levers in DROPOUT.items()]
         measure("dropout", "attention dropout 0.1, XLA", items)
@@ -320,13 +329,6 @@ def main(argv=None) -> None:
                  run("gpt2", "loss via float32 logits (back)", gpt, dict(fused_loss=False)),
                  run("gpt2", "before (every lever back)", gpt, BEFORE)]
         measure("gpt2", "before (every lever back)", items)
-    if "packing" in args.groups and args.batches:
-        for npz in sorted(pathlib.Path(args.batches).glob("bert_*_unpacked.npz")):
-            length = npz.stem.split("_")[1]
-            items = [run(f"packing {length}", layout, base, {},
-                         npz=str(npz.with_name(f"bert_{length}_{layout}.npz")))
-                     for layout in ("unpacked", "packed")]
-            measure(f"packing {length}", "unpacked", items)
     if "flags" in args.groups and not args.quick:
         items = [run("flags", "defaults", large, {})]
         items += [run("flags", name, large, {}, xla_flags=flag) for name, flag in FLAGS.items()]
