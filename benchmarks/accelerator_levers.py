@@ -25,7 +25,8 @@ run and lists what is left; the rows a short run must not miss come first):
 
 Output: one table per group (step ms, tokens/s, MFU against the chip's nominal bf16 peak, and
 the speed over the group's reference), the attribution tables, and `ratio ...` lines; with
-`--out`, results.json and the traces (trace JSON + HLO text per profiled step).
+`--out`, levers.json, levers.md and traces.tar.gz (trace JSON + HLO text per profiled step,
+`traceN/`: `python benchmarks/xplane_summary.py TRACE --hlo=traceN/step.hlo.txt` re-reads one).
 """
 
 import argparse
@@ -34,6 +35,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -351,6 +353,11 @@ def main(argv=None) -> None:
                        attribution(pathlib.Path(r["profile"])), ""]
     report += [f"- not run (deadline {args.deadline_s:.0f} s): {s}" for s in run.skipped]
     log("\n".join(report))
+    profiled = [pathlib.Path(r["profile"]) for r in run.results if r.get("ok") and r.get("profile")]
+    if profiled:  # one file, so the traces come back from a device host's output folder
+        with tarfile.open(out / "traces.tar.gz", "w:gz") as tar:
+            for trace_dir in profiled:
+                tar.add(trace_dir, arcname=trace_dir.name)
     (out / "levers.json").write_text(json.dumps({"env": env, "results": run.results,
                                                  "skipped": run.skipped}, indent=1))
     (out / "levers.md").write_text("\n".join(report) + "\n")

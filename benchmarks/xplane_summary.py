@@ -282,10 +282,12 @@ def attribute(events: list[OpEvent], hlo_text: str) -> tuple[dict[str, Region], 
     """Device time by name-stack heading (REGIONS), and the picoseconds of ops the HLO text
     does not hold (another program's, e.g. the initialisation)."""
     instructions, computations = parse_hlo(hlo_text)
+    by_kernel_name = {_kernel_name(name): inst for name, inst in instructions.items()}
     regions: dict[str, Region] = {heading: Region() for heading, _ in REGIONS}
     unmatched = 0
     for event in events:
-        inst = instructions.get(event.hlo_op)
+        inst = (instructions.get(event.hlo_op) or by_kernel_name.get(_kernel_name(event.hlo_op))
+                or by_kernel_name.get(_kernel_name(event.name)))
         if inst is None:
             unmatched += event.ps
             continue
@@ -298,6 +300,13 @@ def attribute(events: list[OpEvent], hlo_text: str) -> tuple[dict[str, Region], 
         if PER_LAYER.search(stack):
             region.per_layer_ps += event.ps
     return regions, unmatched
+
+
+def _kernel_name(name: str) -> str:
+    """An HLO instruction's name as XLA:GPU names the kernel it emits (`loop_add_fusion.7` runs
+    as `loop_add_fusion_7`): a trace whose `hlo_op` is not the instruction's own name is still
+    matched by its kernel's name."""
+    return re.sub(r"[^0-9A-Za-z_]", "_", name.rsplit("/", 1)[-1].lstrip("%"))
 
 
 def region_table(regions: dict[str, Region], steps: int, unmatched: int) -> str:

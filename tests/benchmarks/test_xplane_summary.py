@@ -91,3 +91,25 @@ def test_a_recorded_train_step_is_attributed_by_name_stack(tmp_path):
     table = xplane_summary.region_table(regions, 2, unmatched)
     assert "| optimizer update |" in table and "(+" not in table
     assert sum(r.events for r in regions.values()) == len(step_events)
+
+
+def test_gpu_kernels_are_matched_to_their_instructions_by_kernel_name():
+    """XLA:GPU names a fusion's kernel with '_' for the instruction's '.': an event whose
+    `hlo_op` is not an instruction of the HLO text is attributed by its kernel's name, and
+    one that matches neither way is counted apart."""
+    hlo = "\n".join([
+        "fused_ln {",
+        '  %x.1 = f32[8]{0} rsqrt(f32[8]{0} %p), metadata={op_name="jit(train_step)/'
+        'bert/encoder/layer_0/attention_layer_norm/rsqrt"}',
+        "}",
+        "ENTRY %main {",
+        "  %loop_rsqrt_fusion.23 = f32[8]{0} fusion(f32[8]{0} %a), kind=kLoop, "
+        "calls=fused_ln",
+        "}"])
+    events = [xplane_summary.OpEvent("jit_train_step/loop_rsqrt_fusion.23",
+                                     "loop_rsqrt_fusion_23", 3_000),
+              xplane_summary.OpEvent("", "loop_rsqrt_fusion_23", 2_000),
+              xplane_summary.OpEvent("fusion.999", "loop_add_fusion_999", 1_000)]
+    regions, unmatched = xplane_summary.attribute(events, hlo)
+    assert regions["LayerNorm"].ps == 5_000 and regions["LayerNorm"].per_layer_ps == 5_000
+    assert unmatched == 1_000
