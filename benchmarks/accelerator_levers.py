@@ -2,9 +2,12 @@
 one run, with where the step's time goes before and after.
 
 Every measurement is bertjax's own train step (`build_trainer`, bfloat16 compute, AdamW + clip
-1.0, dropout 0.1), each in its own process on the same device, timed as
-benchmarks/accelerator_step.py times its rows. In the order they run (a deadline stops the
-run and lists what is left; the rows a short run must not miss come first):
+1.0, dropout 0.1, parameters from the model's initializers), each in its own process on the
+same device, timed as benchmarks/accelerator_step.py times its rows. Compiling a row is most
+of its cost (about 50 of 80 s for BERT-large on an H200), so every row is first compiled,
+several at once, into JAX's persistent compilation cache; the timed processes load it. The
+rows are timed in this order (a deadline stops the timing and lists what is left; the rows a
+short run must not miss come first):
 
   bert_large  BERT-large pretraining, seq 128, batch --batch: today's defaults, every lever
               back ("before": the step of the first H100 table), then each lever turned
@@ -80,6 +83,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--deadline_s", type=float, default=None,
                    help="start nothing new after this (default 300 s; 600 with --quick)")
     p.add_argument("--child_timeout_s", type=float, default=180.0)
+    p.add_argument("--compile_parallel", type=int, default=None,
+                   help="compile every row first, this many at a time, into the persistent "
+                        "compilation cache (default 6; 2 with --quick; 0: each row compiles "
+                        "its own step as it is timed)")
     p.add_argument("--out", default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -91,6 +98,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.seconds_per_window = 0.05 if args.quick else 0.4
     if args.batch is None:
         args.batch = 4 if args.quick else 256
+    if args.compile_parallel is None:
+        args.compile_parallel = 2 if args.quick else 6
     return args
 
 
@@ -107,11 +116,10 @@ def row(name: str, args) -> accel.Row:
 # ----------------------------------------------------------------------------- child
 
 
-def child(spec: dict, args) -> dict:
-    """One bertjax train step with `spec`'s levers, timed (and traced where asked)."""
+def setup(spec: dict, args) -> dict:
+    """The trainer of a spec's step (its levers, row and batch), and the host batch."""
     import dataclasses
 
-    import flax.linen as nn
     import jax
     import numpy as np
 
@@ -120,12 +128,11 @@ def child(spec: dict, args) -> dict:
     from bertjax.training.loop import build_trainer
     from bertjax.training.mesh import make_mesh
     from bertjax.training.optim import make_optimizer
-    from bertjax.training.state import create_state
     from bertjax.training.step import StepOptions
 
     levers = {**DEFAULTS, **spec["levers"]}
     r = accel.Row(spec["row"], spec["family"], spec["size"], spec["seq"], (spec["batch"],))
-    cfg, hf = accel.configs(r, levers["attention_impl"])
+    cfg, _ = accel.configs(r, levers["attention_impl"])
     transformer = dataclasses.replace(
         cfg.transformer, attention_dropout_rate=levers["attention_dropout"],
         fused_qkv=levers["fused_qkv"], gather_free_embeddings=levers["gather_free_embeddings"],
@@ -149,11 +156,37 @@ def child(spec: dict, args) -> dict:
                           check_new_params=levers["check_new_params"])
     trainer = build_trainer(objective, tx, make_mesh(devices=jax.devices()[:1]), B, L,
                             seed=args.seed, options=options)
-    if spec.get("npz"):
-        state = trainer.init()
-    else:
-        params = accel.bertjax_params(r, cfg, hf, args.seed)
-        state = jax.device_put(create_state(params, tx, args.seed, {}), trainer.state_shardings)
+    return {"trainer": trainer, "batch": batch, "row": dataclasses.replace(r, seq=L), "cfg": cfg,
+            "B": B}
+
+
+def compile_only(spec: dict, args) -> dict:
+    """Compile the spec's init and step ahead of time into the persistent compilation cache
+    (JAX_COMPILATION_CACHE_DIR), touching no parameters: the timed child then loads them."""
+    import flax.linen as nn
+    import jax
+
+    made = setup(spec, args)
+    trainer = made["trainer"]
+    device_batch = trainer.device_batch(made["batch"])
+    with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(trainer.rules):
+        trainer.init.jitted.lower().compile()
+        start = time.perf_counter()
+        lowered = trainer.step.jitted.lower(trainer.abstract_state, device_batch)
+        lowered_at = time.perf_counter()
+        lowered.compile()
+    return {"lower_s": lowered_at - start, "compile_s": time.perf_counter() - lowered_at}
+
+
+def child(spec: dict, args) -> dict:
+    """One bertjax train step with `spec`'s levers, timed (and traced where asked)."""
+    import flax.linen as nn
+    import jax
+    import numpy as np
+
+    made = setup(spec, args)
+    trainer, batch = made["trainer"], made["batch"]
+    state = trainer.init()
     device_batch = trainer.device_batch(batch)
     holder = {"state": state, "losses": []}
 
@@ -175,9 +208,10 @@ def child(spec: dict, args) -> dict:
         with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(trainer.rules):
             hlo = trainer.step.jitted.lower(holder["state"], device_batch).compile().as_text()
         (trace_dir / "step.hlo.txt").write_text(hlo)
+    B, L = made["B"], made["row"].seq
     real = int(np.asarray(batch["input_mask"]).sum()) if "input_mask" in batch else B * L
     stats = jax.devices()[0].memory_stats() or {}
-    flops = accel.model_flops(dataclasses.replace(r, seq=L), cfg, B)
+    flops = accel.model_flops(made["row"], made["cfg"], B)
     return {**result, "real_tokens": real, "tokens": B * L, "flops": flops,
             "loss_first": holder["losses"][0], "loss_last": holder["losses"][-1],
             "finite": bool(np.isfinite(holder["losses"]).all()),
@@ -188,54 +222,96 @@ def child(spec: dict, args) -> dict:
 
 
 class Runner:
+    """Plans the rows, compiles them all at once (`--compile_parallel` processes filling the
+    persistent compilation cache: compiling is most of a row's cost and needs the host's
+    cores, not the device), then times them one at a time, each in its own process, until the
+    deadline."""
+
     def __init__(self, args, log):
         self.args, self.log, self.start = args, log, time.perf_counter()
         self.tmp = pathlib.Path(tempfile.mkdtemp(prefix="bertjax-levers-"))
+        self.cache = os.environ.get("JAX_COMPILATION_CACHE_DIR", str(self.tmp / "compile_cache"))
+        self.planned: list[dict] = []
         self.results: list[dict] = []
+        self.compiled: list[dict] = []
         self.skipped: list[str] = []
 
-    def __call__(self, group: str, label: str, r: accel.Row, levers: dict, *, npz: str = "",
-                 xla_flags: str = "", profile: bool = False) -> dict | None:
-        if time.perf_counter() - self.start > self.args.deadline_s:
-            self.skipped.append(f"{group}: {label}")
-            return None
-        spec = {"group": group, "label": label, "row": r.name, "family": r.family,
-                "size": r.size, "seq": r.seq, "batch": r.batches[0], "levers": levers,
-                "npz": npz, "result": str(self.tmp / f"{len(self.results)}.json"),
-                "profile": str(self.tmp / f"trace{len(self.results)}") if profile else ""}
+    def plan(self, group: str, label: str, r: accel.Row, levers: dict, *, npz: str = "",
+             xla_flags: str = "", profile: bool = False) -> None:
+        index = len(self.planned)
+        self.planned.append({
+            "group": group, "label": label, "row": r.name, "family": r.family, "size": r.size,
+            "seq": r.seq, "batch": r.batches[0], "levers": levers, "npz": npz,
+            "xla_flags": xla_flags, "result": str(self.tmp / f"{index}.json"),
+            "profile": str(self.tmp / f"trace{index}") if profile else ""})
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def _child(self, spec: dict, timeout: float) -> dict:
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                "TF_CPP_MIN_LOG_LEVEL": "3", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-               # a profiled row compiles its step twice (timing, then the HLO text): once
-               "JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR",
-                                                           str(self.tmp / "compile_cache"))}
+               "JAX_COMPILATION_CACHE_DIR": self.cache,
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+               # a size limit turns on the cache's file lock: rows compiled at once (flags'
+               # defaults is bert_large's) never read an entry another is still writing
+               "JAX_COMPILATION_CACHE_MAX_SIZE": os.environ.get(
+                   "JAX_COMPILATION_CACHE_MAX_SIZE", str(64 * 2**30))}
         if self.args.quick:
             env.update(JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", XLA_FLAGS="")
-        if xla_flags:
-            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {xla_flags}".strip()
+        if spec["xla_flags"]:
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {spec['xla_flags']}".strip()
         cmd = [sys.executable, __file__, "--child", json.dumps(spec), f"--seed={self.args.seed}",
                f"--seconds_per_window={self.args.seconds_per_window}",
                f"--windows={self.args.windows}", *(["--quick"] if self.args.quick else [])]
         begin = time.perf_counter()
+        proc = None
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                                  timeout=self.args.child_timeout_s)
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
             result = json.loads(pathlib.Path(spec["result"]).read_text())
         except (subprocess.TimeoutExpired, FileNotFoundError, json.JSONDecodeError) as err:
-            tail = getattr(locals().get("proc"), "stderr", "") or ""
+            tail = (proc.stderr if proc is not None else "") or ""
             result = {**spec, "ok": False, "error": f"{type(err).__name__} {tail[-800:]}"}
         result["wall_s"] = time.perf_counter() - begin
-        self.results.append(result)
-        status = (f"{1e3 * result['step_s']:.2f} ms/step" if result.get("ok")
-                  else "FAILED " + " ".join(result.get("error", "").split())[:300])
-        self.log(f"[{time.perf_counter() - self.start:6.1f}s] {group}: {label}: {status} "
-                 f"({result['wall_s']:.0f} s)")
         return result
+
+    def compile_all(self) -> None:
+        """Every planned row's step into the cache, --compile_parallel at a time."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        specs = [{**spec, "compile_only": True, "result": spec["result"] + ".compile"}
+                 for spec in self.planned]
+
+        def one(spec: dict) -> None:
+            result = self._child(spec, self.args.child_timeout_s)
+            self.compiled.append(result)
+            status = (f"compiled in {result['compile_s']:.0f} s" if result.get("ok")
+                      else "compile FAILED " + " ".join(result.get("error", "").split())[:200])
+            self.log(f"[{self.elapsed():6.1f}s] {spec['group']}: {spec['label']}: {status}")
+
+        with ThreadPoolExecutor(max(1, self.args.compile_parallel)) as pool:
+            list(pool.map(one, specs))
+
+    def time_all(self) -> None:
+        """Each planned row timed alone, in plan order, until the deadline."""
+        for spec in self.planned:
+            if self.elapsed() > self.args.deadline_s:
+                self.skipped.append(f"{spec['group']}: {spec['label']}")
+                continue
+            result = self._child(spec, self.args.child_timeout_s)
+            self.results.append(result)
+            status = (f"{1e3 * result['step_s']:.2f} ms/step" if result.get("ok")
+                      else "FAILED " + " ".join(result.get("error", "").split())[:300])
+            self.log(f"[{self.elapsed():6.1f}s] {spec['group']}: {spec['label']}: {status} "
+                     f"({result['wall_s']:.0f} s)")
 
 
 def child_main(args) -> None:
     spec = json.loads(args.child)
     try:
-        result = {**spec, "ok": True, **child(spec, args)}
+        measured = compile_only(spec, args) if spec.get("compile_only") else child(spec, args)
+        result = {**spec, "ok": True, **measured}
     except Exception as err:  # reported to the parent, which says so in its table
         import traceback
 
@@ -300,41 +376,43 @@ def main(argv=None) -> None:
     nominal = accel.nominal_peak(device)
     log(f"device {device}; versions {env['versions']}; commit {env['commit']}")
     large, gpt2, base = row("bert_large", args), row("gpt2", args), row("bert_base", args)
-    groups: dict[str, tuple[str, list[dict]]] = {}
-
-    def measure(group, reference, items):
-        results = [r for r in items if r is not None]
-        groups[group] = (reference, results)
-
+    references: dict[str, str] = {}  # group: the row its speeds are over
     if "bert_large" in args.groups:
-        items = [run("bert_large", "defaults", large, {}, profile=True),
-                 run("bert_large", "before (every lever back)", large, BEFORE, profile=True)]
-        items += [run("bert_large", f"{name} (back)", large, lever)
-                  for name, lever in LEVERS.items()]
-        items += [run("bert_large", name, large, lever) for name, lever in PADDED.items()]
-        measure("bert_large", "before (every lever back)", items)
+        references["bert_large"] = "before (every lever back)"
+        run.plan("bert_large", "defaults", large, {}, profile=True)
+        run.plan("bert_large", "before (every lever back)", large, BEFORE, profile=True)
+        for name, lever in LEVERS.items():
+            run.plan("bert_large", f"{name} (back)", large, lever)
+        for name, lever in PADDED.items():
+            run.plan("bert_large", name, large, lever)
     if "packing" in args.groups and args.batches:
         for npz in sorted(pathlib.Path(args.batches).glob("bert_*_unpacked.npz")):
             length = npz.stem.split("_")[1]
-            items = [run(f"packing {length}", layout, base, {},
+            references[f"packing {length}"] = "unpacked"
+            for layout in ("unpacked", "packed"):
+                run.plan(f"packing {length}", layout, base, {},
                          npz=str(npz.with_name(f"bert_{length}_{layout}.npz")))
-                     for layout in ("unpacked", "packed")]
-            measure(f"packing {length}", "unpacked", items)
     if "dropout" in args.groups:
-        items = [run("dropout", name, large, levers) for name, levers in DROPOUT.items()]
-        measure("dropout", "attention dropout 0.1, XLA", items)
+        references["dropout"] = "attention dropout 0.1, XLA"
+        for name, levers in DROPOUT.items():
+            run.plan("dropout", name, large, levers)
     if "gpt2" in args.groups:
-        gpt = accel.Row(gpt2.name, gpt2.family, gpt2.size, gpt2.seq, (32 if not args.quick
-                                                                      else 4,))
-        items = [run("gpt2", "defaults", gpt, {}),
-                 run("gpt2", "vocabulary padded to 64", gpt, dict(pad_vocab_to=64)),
-                 run("gpt2", "loss via float32 logits (back)", gpt, dict(fused_loss=False)),
-                 run("gpt2", "before (every lever back)", gpt, BEFORE)]
-        measure("gpt2", "before (every lever back)", items)
+        references["gpt2"] = "before (every lever back)"
+        gpt = accel.Row(gpt2.name, gpt2.family, gpt2.size, gpt2.seq, (4 if args.quick else 32,))
+        run.plan("gpt2", "defaults", gpt, {})
+        run.plan("gpt2", "vocabulary padded to 64", gpt, dict(pad_vocab_to=64))
+        run.plan("gpt2", "loss via float32 logits (back)", gpt, dict(fused_loss=False))
+        run.plan("gpt2", "before (every lever back)", gpt, BEFORE)
     if "flags" in args.groups and not args.quick:
-        items = [run("flags", "defaults", large, {})]
-        items += [run("flags", name, large, {}, xla_flags=flag) for name, flag in FLAGS.items()]
-        measure("flags", "defaults", items)
+        references["flags"] = "defaults"
+        run.plan("flags", "defaults", large, {})
+        for name, flag in FLAGS.items():
+            run.plan("flags", name, large, {}, xla_flags=flag)
+    if args.compile_parallel > 0:
+        run.compile_all()
+    run.time_all()
+    groups = {group: (reference, [r for r in run.results if r["group"] == group])
+              for group, reference in references.items()}
 
     report = [f"### Speed levers, {env['time']}: {device}", "",
               f"`PYTHONPATH=. python benchmarks/accelerator_levers.py "
@@ -359,6 +437,7 @@ def main(argv=None) -> None:
             for trace_dir in profiled:
                 tar.add(trace_dir, arcname=trace_dir.name)
     (out / "levers.json").write_text(json.dumps({"env": env, "results": run.results,
+                                                 "compiled": run.compiled,
                                                  "skipped": run.skipped}, indent=1))
     (out / "levers.md").write_text("\n".join(report) + "\n")
 
