@@ -444,3 +444,8 @@ def test_asyncio_report_of_a_failed_orbax_read_is_dropped(tmp_path):
     assert not quiet.filter(record(from_orbax))
     assert quiet.filter(record(from_elsewhere))
     assert quiet.filter(record(None))
+    collected = logging.LogRecord(  # collected later: asyncio frames, tensorstore's text
+        "asyncio", logging.ERROR, "/usr/lib/asyncio/base_events.py", 1771,
+        "Task exception was never retrieved\nfuture: <Task finished exception=ValueError("
+        "'OUT_OF_RANGE: Error opening \"zarr\" driver [tensorstore_spec=...]')>", None, None)
+    assert not quiet.filter(collected)
