@@ -307,6 +307,18 @@ def naming(path: str | os.PathLike) -> Iterator[None]:
         raise OSError(err.errno, err.strerror, os.fspath(path)) from None
 
 
+def on_full_directory(err: OSError, directory: str | os.PathLike) -> OSError:
+    """A full-disk error that names no file (a write from a library, a buffered file closed
+    late), named after `directory` (shown as `directory/`) when that directory's own disk is
+    the full one (under 1 MiB free); otherwise as it was, rather than blame the wrong disk."""
+    if err.filename is not None or not is_no_space(err) or is_remote(directory):
+        return err
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage(directory).free < 2**20:
+            return OSError(err.errno, err.strerror, os.path.join(os.fspath(directory), ""))
+    return err
+
+
 def no_space_message(err: OSError, need: str = "", fix: str = "use a larger disk") -> str:
     """One line for a full disk: the file, the space left there, what is needed (`need`,
     e.g. "a checkpoint takes about 6 MiB") and `fix`."""

@@ -317,7 +317,8 @@ def train(exp: Experiment, workdir: Path, mesh: Mesh, signals: preemption.StopSi
         size = checkpointer.checkpoint_bytes(state) / 2**20
         need = f"a checkpoint of this run takes about {size:.0f} MiB" if size >= 0.5 else ""
         raise RunError(files.no_space_message(
-            err, need, f"pass a --workdir on a larger disk; {checkpointer.kept()}")) from None
+            files.on_full_directory(err, workdir), need,
+            f"pass a --workdir on a larger disk; {checkpointer.kept()}")) from None
     finally:
         _release(run.batches)
         _close(checkpointer, writer, failing=sys.exc_info()[0] is not None)
