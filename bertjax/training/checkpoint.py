@@ -16,6 +16,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import Any, TypeVar
 
 import jax
@@ -57,16 +58,14 @@ class _QuietOrbax(logging.Filter):
         if record.levelno < logging.ERROR:
             return True
         message = record.getMessage()
+        tb = record.exc_info[2] if isinstance(record.exc_info, tuple) else None
         return not ("orbax" in record.pathname or "orbax" in message
-                    or "tensorstore" in message.lower() or _raised_in_orbax(record.exc_info))
+                    or "tensorstore" in message.lower() or _through_orbax(tb))
 
 
-def _raised_in_orbax(exc_info: object) -> bool:
-    """Whether a log record's exception passed through orbax (asyncio's 'exception was never
+def _through_orbax(tb: TracebackType | None) -> bool:
+    """Whether a traceback passes through orbax's code (asyncio's 'exception was never
     retrieved' names only the future, whose message is tensorstore's, not orbax's)."""
-    if not isinstance(exc_info, tuple) or len(exc_info) != 3:
-        return False
-    tb = exc_info[2]
     while tb is not None:
         if "orbax" in tb.tb_frame.f_code.co_filename:
             return True
@@ -84,12 +83,8 @@ class _QuietOrbaxReports:
         self.wrapped = wrapped
 
     def __call__(self, report: "sys.UnraisableHookArgs") -> None:
-        frames, tb = [], report.exc_traceback
-        while tb is not None:
-            frames.append(tb.tb_frame.f_code.co_filename)
-            tb = tb.tb_next
         if not ("Event loop is closed" in str(report.exc_value)
-                or any("orbax" in name for name in frames)):
+                or _through_orbax(report.exc_traceback)):
             self.wrapped(report)
 
     @classmethod
