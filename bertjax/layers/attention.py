@@ -30,8 +30,9 @@ the T cached positions, also under the caller's key padding. Decoding attends wi
 path under every implementation: one query against the cache is a matrix-vector product that
 a fused kernel does not speed up.
 
-`num_queries=n` computes the outputs of the first n positions only (their queries over all
-keys): what a last layer needs when the model reads only [CLS].
+`queries` computes the outputs of some positions only (their queries over all keys): the
+first n, what a last layer needs when the model reads only [CLS], or each row's own positions
+[B, Q], a packed row's [CLS]s (their mask is their sequence's, `AttentionMask.at_queries`).
 
 Each call sows its attention probabilities [B, H, Q, T] as "intermediates/attention_weights"
 when the caller asks for them (`apply(..., mutable=["intermediates"])`), computing them with
@@ -99,6 +100,19 @@ def fused_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
         key_value_seq_lengths=mask.key_lengths() if padded else None,
         implementation="cudnn" if cudnn else "xla",
     )
+
+
+Queries = int | Array | None  # which positions' outputs a layer computes (keep_queries)
+
+
+def keep_queries(x_BxLxE: Array, queries: Queries) -> Array:
+    """The rows of `x_BxLxE` a layer computes outputs for: every position (None), the first n
+    (an int n: [CLS]), or each row's own positions (int [B, Q]: a packed row's [CLS]s)."""
+    if queries is None:
+        return x_BxLxE
+    if isinstance(queries, int):
+        return x_BxLxE[:, :queries]
+    return jnp.take_along_axis(x_BxLxE, queries[..., None], axis=1)
 
 
 def _fused_qkv(x_BxLxE: Array, kernels: dict[str, tuple[Array, Array]]
@@ -184,8 +198,9 @@ class MultiHeadAttention(nn.Module):
     @nn.compact
     def __call__(
         self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool,
-        decode: bool = False, num_queries: int | None = None,
+        decode: bool = False, queries: Queries = None,
     ) -> Array:
+        """Attention outputs of every position, or of `queries` only (see `keep_queries`)."""
         E, H, D = x_BxLxE.shape[-1], self.num_heads, self.head_dim
         x_BxLxE = x_BxLxE.astype(self.dtype)
         kernels = {  # created in this order: it fixes each parameter's init key
@@ -207,13 +222,14 @@ class MultiHeadAttention(nn.Module):
             w_ExHxD, b_HxD = kernels[name]
             return jnp.einsum("ble,ehd->blhd", x_BxLxE, w_ExHxD) + b_HxD
 
-        if self.fused_qkv and num_queries is None:
+        if self.fused_qkv and queries is None:
             q_BxQxHxD, k_BxLxHxD, v_BxLxHxD = _fused_qkv(x_BxLxE, kernels)
         else:
-            queries_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
-            q_BxQxHxD = project("query", queries_BxQxE)
+            q_BxQxHxD = project("query", keep_queries(x_BxLxE, queries))
             k_BxLxHxD = project("key", x_BxLxE)
             v_BxLxHxD = project("value", x_BxLxE)
+        if queries is not None and not isinstance(queries, int) and mask is not None:
+            mask = mask.at_queries(queries)
         cudnn = cudnn_runs(self.dtype, D)
         impl = resolve_impl(self.implementation, self.dropout_rate, deterministic, cudnn)
         if impl == "splash" and q_BxQxHxD.shape[1] != k_BxLxHxD.shape[1]:

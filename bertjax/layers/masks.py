@@ -34,6 +34,9 @@ class AttentionMask:
     own sequence. The sequences of a row are contiguous and in order (1, 2, ...), each starting
     where the one before ends; `max_sequences` is K, the most a row holds (static: fused
     kernels take per-sequence offsets and lengths of that width).
+
+    `query_sequence_ids` [B, Q]: the sequences of queries taken at chosen positions rather
+    than the first Q (`at_queries`: a packed row's [CLS] positions), None otherwise.
     """
 
     key_mask: Array | None = None  # [B, T]
@@ -41,6 +44,7 @@ class AttentionMask:
     real_tokens_first: bool = struct.field(pytree_node=False, default=False)
     sequence_ids: Array | None = None  # [B, T]
     max_sequences: int = struct.field(pytree_node=False, default=0)
+    query_sequence_ids: Array | None = None  # [B, Q]
 
     @property
     def packed(self) -> bool:
@@ -56,10 +60,23 @@ class AttentionMask:
             mask = keys if mask is None else mask & keys
         if self.sequence_ids is not None:
             ids_BxT = self.sequence_ids
-            same_Bx1xQxT = (ids_BxT[:, None, :num_queries, None] == ids_BxT[:, None, None, :])
+            ids_BxQ = (ids_BxT[:, :num_queries] if self.query_sequence_ids is None
+                       else self.query_sequence_ids)
+            same_Bx1xQxT = ids_BxQ[:, None, :, None] == ids_BxT[:, None, None, :]
             same_Bx1xQxT = same_Bx1xQxT & (ids_BxT[:, None, None, :] > 0)
             mask = same_Bx1xQxT if mask is None else mask & same_Bx1xQxT
         return mask
+
+    def at_queries(self, positions_BxQ: Array) -> "AttentionMask":
+        """This mask for queries at `positions_BxQ` (each row's own positions) over every key:
+        the keys a query may see depend on its sequence, not on where it sits in the row."""
+        if self.causal:
+            raise ValueError("queries at chosen positions need a bidirectional mask: a causal "
+                             "mask is defined for the first Q queries only")
+        if self.sequence_ids is None:
+            return self
+        return self.replace(query_sequence_ids=jnp.take_along_axis(self.sequence_ids,
+                                                                   positions_BxQ, axis=1))
 
     def key_lengths(self) -> Array:
         """int32 [B]: real tokens per row, at least 1 (a padding row attends to its first key,

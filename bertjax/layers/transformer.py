@@ -13,6 +13,8 @@ from bertjax.layers.attention import (
     NO_DROPOUT_IMPLS,
     AttentionMask,
     MultiHeadAttention,
+    Queries,
+    keep_queries,
 )
 from bertjax.layers.dropout import Dropout
 
@@ -172,14 +174,15 @@ class MlpBlock(nn.Module):
 class TransformerBlock(nn.Module):
     """One attention + MLP block; post-LN (BERT, GPT-1) or pre-LN (GPT-2).
 
-    `num_queries=n`: the outputs of the first n positions only, [B, n, E] (attending to all)."""
+    `queries`: the outputs of those positions only, [B, Q, E] (attending to all keys; see
+    layers/attention.py's keep_queries)."""
 
     config: TransformerConfig
 
     @nn.compact
     def __call__(
         self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool, decode: bool = False,
-        num_queries: int | None = None,
+        queries: Queries = None,
     ) -> Array:
         cfg = self.config
         attention = MultiHeadAttention(
@@ -199,15 +202,15 @@ class TransformerBlock(nn.Module):
         ln_attention = layer_norm(cfg, "attention_layer_norm")
         ln_mlp = layer_norm(cfg, "mlp_layer_norm")
 
-        kept_BxQxE = x_BxLxE if num_queries is None else x_BxLxE[:, :num_queries]
+        kept_BxQxE = keep_queries(x_BxLxE, queries)
         if cfg.pre_layer_norm:
             x_BxLxE = kept_BxQxE + dropout(
-                attention(ln_attention(x_BxLxE), mask, deterministic, decode, num_queries),
+                attention(ln_attention(x_BxLxE), mask, deterministic, decode, queries),
                 deterministic,
             )
             x_BxLxE = x_BxLxE + dropout(mlp(ln_mlp(x_BxLxE)), deterministic)
         else:
-            attended = dropout(attention(x_BxLxE, mask, deterministic, decode, num_queries),
+            attended = dropout(attention(x_BxLxE, mask, deterministic, decode, queries),
                                deterministic)
             x_BxLxE = ln_attention(kept_BxQxE + attended)
             x_BxLxE = ln_mlp(x_BxLxE + dropout(mlp(x_BxLxE), deterministic))
@@ -221,9 +224,10 @@ class TransformerStack(nn.Module):
     num_layers + 1 entries: what feature extraction and scalar mixes consume. `decode=True`
     runs the attention layers from their key/value caches (see layers/attention.py); with
     `scan_layers` the caches are stacked on the leading layer axis like the parameters.
-    `last_queries=n` (a model that reads only its first n positions, e.g. [CLS]) returns the
-    final states of those positions only, [B, n, E]; unscanned, the last block computes just
-    them (most of one layer's work saved, the same numbers).
+    `last_queries` (a model that reads only some positions: the first n, e.g. [CLS], or each
+    row's own positions [B, Q], e.g. a packed row's [CLS]s) returns the final states of those
+    positions only, [B, Q, E]; unscanned, the last block computes just them (most of one
+    layer's work saved, the same numbers).
     """
 
     config: TransformerConfig
@@ -231,12 +235,12 @@ class TransformerStack(nn.Module):
     @nn.compact
     def __call__(
         self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool, decode: bool = False,
-        last_queries: int | None = None,
+        last_queries: Queries = None,
     ) -> tuple[Array, list[Array]]:
         cfg = self.config
         if cfg.scan_layers:
             y_BxLxE, hidden_states = self._scanned(x_BxLxE, mask, deterministic, decode)
-            return (y_BxLxE if last_queries is None else y_BxLxE[:, :last_queries]), hidden_states
+            return keep_queries(y_BxLxE, last_queries), hidden_states
         block_cls = TransformerBlock
         if cfg.remat and not decode:
             block_cls = nn.remat(TransformerBlock, static_argnums=(3, 4, 5))

@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bertjax.layers.attention import AttentionMask
+from bertjax.layers.attention import AttentionMask, keep_queries
 from bertjax.layers.embeddings import BertEmbeddings
 from bertjax.layers.transformer import (
     ACTIVATIONS,
@@ -95,7 +95,8 @@ class BertModel(nn.Module):
     With `config.causal` each token attends to itself and the tokens before it, and the pooler
     reads the last real token (the only one that has seen the whole input), not [CLS].
     `summary_only=True` (heads that read only the pooled output) has the last layer compute
-    [CLS] alone; the sequence output is then [B, 1, E]. A causal model ignores it.
+    [CLS] alone; the sequence output is then [B, 1, E] ([B, K, E] for packed rows: every
+    sequence's [CLS]). A causal model ignores it.
     `input_mask` is each row's real tokens followed by padding, as every bertjax pipeline
     writes it: fused attention takes the padding as row lengths.
     Packed rows give `sequence_ids` [B, L] (1 .. K per token, 0 padding), `position_ids`
@@ -142,11 +143,13 @@ class BertModel(nn.Module):
         mask = AttentionMask(input_mask, causal=self.config.causal, real_tokens_first=True,
                              sequence_ids=sequence_ids,
                              max_sequences=cls_positions.shape[-1] if packed else 0)
-        last_queries = 1 if summary_only and not self.config.causal and not packed else None
+        last_queries = None
+        if summary_only and not self.config.causal:
+            last_queries = cls_positions if packed else 1
         seq_BxLxE, hidden_states = self.encoder(x_BxLxE, mask, deterministic,
                                                 last_queries=last_queries)
         if packed:  # [B, K, E]: every sequence's [CLS]
-            summary = jnp.take_along_axis(seq_BxLxE, cls_positions[..., None], axis=1)
+            summary = seq_BxLxE if summary_only else keep_queries(seq_BxLxE, cls_positions)
         else:
             summary = self._summary_token(seq_BxLxE, input_mask)
         pooled_BxE = jnp.tanh(self.pooler(summary))

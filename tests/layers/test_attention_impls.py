@@ -36,7 +36,7 @@ def apply_attention(impl, dtype, mask, num_queries=None, seed=0):
     layer = MultiHeadAttention(num_heads=4, head_dim=16, implementation=impl, dtype=dtype)
     x = jax.random.normal(jax.random.key(seed), (3, 12, 64))
     params = layer.init(jax.random.key(1), x, mask, True)
-    return layer.apply(params, x, mask, True, num_queries=num_queries)
+    return layer.apply(params, x, mask, True, queries=num_queries)
 
 
 MASKS = {
