@@ -1,5 +1,6 @@
-"""Dev-set evaluation of a fine-tuning run: predict in fixed-size batches, decode, score with
-the task type's metrics (bertjax.metrics), one prediction row per dev example."""
+"""Dev-set evaluation of a fine-tuning run: predict in fixed-size batches (cut to length
+buckets, or packed as the run trains), decode, score with the task type's metrics
+(bertjax.metrics), one prediction row per dev example."""
 
 import dataclasses
 from collections.abc import Callable, Sequence
@@ -8,8 +9,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax.data.packing import pack_lengths, pack_tokens
 from bertjax.finetune.examples import Example
 from bertjax.finetune.length_buckets import LengthBuckets, row_lengths
+from bertjax.finetune.packed import INPUT_TOKENS
 from bertjax.finetune.setup import TaskSetup
 from bertjax.training.evaluation import EvalResult, Evaluator, jit_inference
 from bertjax.training.state import TrainState
@@ -52,11 +55,40 @@ def predict_batched(predict: Predict, params: Params, inputs: Arrays, batch_size
     return restored
 
 
+def predict_packed(predict: Predict, params: Params, inputs: Arrays, batch_size: int,
+                   packed_sequences: int) -> np.ndarray:
+    """`predict` over the rows of `inputs` packed up to `packed_sequences` examples a row, as a
+    packed run trains (bertjax/finetune/packed.py): each example attends only to itself and
+    its prediction is read at its own [CLS], so the outputs are those of the unpacked rows
+    with the padding's work left out. A batch holds the rows of about `batch_size` examples
+    (one compiled shape); outputs come back one per example, in the rows' order."""
+    mask = inputs["input_mask"]
+    n, length = mask.shape
+    members = pack_lengths(mask.astype(bool).sum(1), length, packed_sequences)
+    rows = max(1, round(batch_size * len(members) / n))
+    tokens = {k: inputs[k] for k in INPUT_TOKENS}
+    result = None
+    for start in range(0, len(members), rows):
+        chunk = members[start:start + rows]
+        unused = np.full((rows - len(chunk), packed_sequences), -1, chunk.dtype)
+        batch, _ = pack_tokens(tokens, mask, np.concatenate([chunk, unused]))
+        out = np.asarray(jax.device_get(predict(params, batch)))[:len(chunk)]  # [R, K, ...]
+        if result is None:
+            result = np.zeros((n, *out.shape[2:]), out.dtype)
+        used = chunk >= 0
+        result[chunk[used]] = out[used]
+    return result
+
+
 def predict_arrays(setup: TaskSetup, params: Params, inputs: Arrays, batch_size: int,
                    predict: Predict | None = None) -> np.ndarray:
-    """The head's outputs for encoded inputs, batched as the run's evaluation batches them."""
-    return predict_batched(predict or jit_inference(setup.predict), params, inputs, batch_size,
-                           setup.buckets, setup.token_outputs)
+    """The head's outputs for encoded inputs, batched as the run's evaluation batches them:
+    packed where the run trains on packed rows, else cut to length buckets where it may."""
+    predict = predict or jit_inference(setup.predict)
+    if setup.packing:
+        return predict_packed(predict, params, inputs, batch_size, setup.packing)
+    return predict_batched(predict, params, inputs, batch_size, setup.buckets,
+                           setup.token_outputs)
 
 
 def scored_predictions(setup: TaskSetup, params: Params, examples: Sequence[Example],

@@ -4,7 +4,8 @@ Sentence classification sets are short against the length they are padded to (AG
 median 41 WordPiece tokens of 128), so most of an unpacked step is padding. Packed, each
 epoch's shuffled examples are laid out up to K to a row (bertjax/data/packing.py: best fit
 within windows, positions restarting per example, attention within each example), and the
-[CLS] heads read one prediction per example. Evaluation and prediction stay unpacked.
+[CLS] heads read one prediction per example. Evaluation and prediction pack their rows too
+(bertjax/finetune/evaluate.py: predict_packed).
 
 A packed step holds `rows` rows, about `rows * examples_per_row` examples: `rows_per_step`
 picks the rows so that a step trains on the recipe's batch size of examples on average, and

@@ -57,6 +57,11 @@ class TaskSetup:
         return self.adapter.buckets
 
     @property
+    def packing(self) -> int:
+        """Examples a packed row may hold (0: one per row), in training and evaluation."""
+        return self.adapter.packing
+
+    @property
     def token_outputs(self) -> bool:
         """Predictions have a token axis (axis 1) to pad back after length buckets."""
         return self.task.output.token_axis

@@ -103,3 +103,30 @@ def test_the_last_layer_of_a_packed_classifier_computes_only_the_cls_positions()
         return jax.jit(pooled).lower(params).compile().cost_analysis()["flops"]
 
     assert flops(True) < 0.7 * flops(False)
+
+
+def test_packed_prediction_gives_every_example_its_unpacked_outputs():
+    """Evaluation of a packed run (evaluate.predict_packed) packs its rows too: every example
+    gets the logits it gets alone in a padded row, back in the examples' order."""
+    from bertjax.finetune.evaluate import predict_batched, predict_packed
+    from bertjax.finetune.heads.bert import PACKING_FEATURES
+
+    arrays = encoded(50, seed=1)
+    inputs = {k: arrays[k] for k in ("input_ids", "segment_ids", "input_mask")}
+    config = bert_config("tiny", vocab_size=300, max_position_embeddings=L)
+    objective = bert_finetuning(config, CLASSES, num_labels=4, packed_sequences=K)
+    params = nn.unbox(objective.init_variables(jax.random.key(0), arrays)["params"])
+    shapes = set()
+
+    @jax.jit
+    def predict(params, batch):
+        shapes.add(batch["input_ids"].shape)
+        packing = {k: batch[k] for k in PACKING_FEATURES} if "sequence_ids" in batch else None
+        return objective.model.apply({"params": params}, batch["input_ids"],
+                                     batch["segment_ids"], batch["input_mask"], packing=packing)
+
+    alone = predict_batched(predict, params, inputs, 16)
+    packed = predict_packed(predict, params, inputs, 16, K)
+    assert packed.shape == alone.shape == (50, 4)
+    np.testing.assert_allclose(packed, alone, rtol=2e-5, atol=2e-6)
+    assert min(rows for rows, _ in shapes) < 16  # a packed batch: fewer rows, same examples

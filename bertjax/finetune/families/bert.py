@@ -27,6 +27,7 @@ from bertjax.finetune.examples import Example, TaggedSentence
 from bertjax.finetune.heads.bert import (
     HEADS,
     PACKABLE,
+    PACKING_FEATURES,
     bert_finetuning,
     with_pretrained_encoder,
 )
@@ -208,8 +209,11 @@ class BertFineTuned(Adapter):
         return encode_texts(vocab, [ex.texts for ex in examples], length), None
 
     def predict(self, params: Params, inputs: Arrays) -> jax.Array:
+        packing = ({k: inputs[k] for k in PACKING_FEATURES} if "sequence_ids" in inputs
+                   else None)  # packed rows: [B, K, ...], one prediction per example
         return self.objective.model.apply({"params": params}, inputs["input_ids"],
-                                          inputs["segment_ids"], inputs["input_mask"])
+                                          inputs["segment_ids"], inputs["input_mask"],
+                                          packing=packing)
 
     def initial_params(self, params: Params) -> Params:
         return with_pretrained_encoder(params, self.model.params)
