@@ -50,7 +50,7 @@ REGIONS = (
     ("optimizer update", lambda stack, kind: "/optimizer" in stack),
     ("non-finite guard", lambda stack, kind: "/nonfinite_guard" in stack),
     ("dropout and its random bits", lambda stack, kind: re.search(
-        r"/dropout|threefry|random_bits|rng_bit_generator|random_wrap", stack) is not None),
+        r"/dropout|threefry|random_bits|rng_bit_generator|random_wrap", stack, re.I) is not None),
     ("LayerNorm", lambda stack, kind: "layer_norm" in stack),
     ("GELU", lambda stack, kind: re.search(r"gelu|/mlp/.*(erf|tanh)", stack) is not None),
     ("attention: softmax, masks, reshapes", lambda stack, kind: "/attention" in stack),
@@ -278,6 +278,11 @@ class Region:
     per_layer_ps: int = 0
 
 
+def region_of(stack: str, kind: str) -> str:
+    """The REGIONS heading of an op from its name stack and kind."""
+    return next(heading for heading, test in REGIONS if test(stack, kind))
+
+
 def attribute(events: list[OpEvent], hlo_text: str) -> tuple[dict[str, Region], int]:
     """Device time by name-stack heading (REGIONS), and the picoseconds of ops the HLO text
     does not hold (another program's, e.g. the initialisation)."""
@@ -293,7 +298,7 @@ def attribute(events: list[OpEvent], hlo_text: str) -> tuple[dict[str, Region], 
             continue
         stack = name_stack(inst, computations)
         kind = instruction_kind(inst, event.name, computations)
-        heading = next(h for h, test in REGIONS if test(stack, kind))
+        heading = region_of(stack, kind)
         region = regions[heading]
         region.ps += event.ps
         region.events += 1

@@ -93,6 +93,19 @@ def test_a_recorded_train_step_is_attributed_by_name_stack(tmp_path):
     assert sum(r.events for r in regions.values()) == len(step_events)
 
 
+def test_flax_dropout_modules_count_as_dropout_wherever_they_sit():
+    """Attention's probability dropout is flax's `Dropout_0` module under the attention scope:
+    its random bits and mask are dropout's time, not attention's (the name stack's case is
+    flax's, so the heading's test ignores case)."""
+    stack = ("jit(train_step)/jvp(BertHead)/bert/encoder/layer_3/attention/attention._xla/"
+             "Dropout_0/stack")
+    assert xplane_summary.region_of(stack, "reductions / elementwise fusions") == \
+        "dropout and its random bits"
+    softmax = "jit(train_step)/jvp(BertHead)/bert/encoder/layer_3/attention/attention._xla/exp"
+    assert xplane_summary.region_of(softmax, "reductions / elementwise fusions") == \
+        "attention: softmax, masks, reshapes"
+
+
 def test_gpu_kernels_are_matched_to_their_instructions_by_kernel_name():
     """XLA:GPU names a fusion's kernel with '_' for the instruction's '.': an event whose
     `hlo_op` is not an instruction of the HLO text is attributed by its kernel's name, and
