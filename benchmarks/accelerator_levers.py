@@ -48,10 +48,12 @@ import accelerator_step as accel  # noqa: E402  (the rows' configs, weights, FLO
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULTS = dict(fused_qkv=True, gather_free_embeddings=True, pad_vocab_to=1, fused_loss=True,
-                check_new_params=False, dropout_rng="threefry", attention_dropout=0.0,
+                skip_by_cond=True, check_new_params=False, dropout_rng="threefry",
+                attention_dropout=0.0,
                 attention_impl="dot_product")
 LEVERS = {  # name: what turns the lever back to the step before it (or, padding, on)
     "guard on new params": dict(check_new_params=True),
+    "guard by select": dict(skip_by_cond=False),
     "Q, K, V apart": dict(fused_qkv=False),
     "gathered embeddings": dict(gather_free_embeddings=False),
     "loss via float32 logits": dict(fused_loss=False),
@@ -153,6 +155,7 @@ def setup(spec: dict, args) -> dict:
                      else gpt_pretraining(cfg, fused_loss=levers["fused_loss"]))
     tx = make_optimizer("adamw", learning_rate=1e-4, warmup_steps=1, total_steps=10**6)
     options = StepOptions(dropout_rng=levers["dropout_rng"],
+                          skip_by_cond=levers["skip_by_cond"],
                           check_new_params=levers["check_new_params"])
     trainer = build_trainer(objective, tx, make_mesh(devices=jax.devices()[:1]), B, L,
                             seed=args.seed, options=options)

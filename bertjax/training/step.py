@@ -1,16 +1,20 @@
 """Pure train and eval steps. The loop jits them once with shardings; nothing here jits.
 
 A step whose loss or gradients are not finite changes nothing but the step count. The guard
-reads the gradient norm and the loss, which the step has before the update: nothing more is
-computed to decide, so XLA updates the parameters and moments in place and selects between
-old and new in the same fused pass. (Checking the norm of the new parameters as well, as
-`StepOptions(check_new_params=True)` does, makes XLA materialise the new parameters and
-moments and reduce them before it can select: a second pass over all of them.) The
-parameter norm is logged by the loop on logging steps only (`param_norm`).
+reads the gradient norm and the loss, which the step has before the update, and runs the
+optimizer update under `lax.cond` only when both are finite: XLA then writes parameters and
+moments in place, one pass over each. (Updating and then selecting between old and new state,
+`StepOptions(skip_by_cond=False)`, computes the same bits but keeps the old state alive beside
+the in-place writes, so XLA copies every donated parameter and moment at the start of the
+step; checking the norm of the new parameters as well, `check_new_params=True`, makes XLA
+materialise the new parameters and moments and reduce them before it can select: a second
+pass over all of them.) The parameter norm is logged by the loop on logging steps only
+(`param_norm`).
 """
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -35,11 +39,15 @@ class StepOptions:
     the bits depend on how the step is partitioned). The key of step n is derived from the
     run's threefry key and n either way, so checkpoints do not change and a run resumed on
     the same mesh replays exactly.
+    `skip_by_cond`: skip a non-finite step's optimizer update with `lax.cond` (in-place
+    update); False: update, then select old state where the step is not finite (the same
+    bits, with a copy of the donated state each step; see the module docstring).
     `check_new_params`: also skip a step whose new parameters are not finite (the guard
-    bertjax had before; costs a pass over parameters and moments, see the module docstring).
+    bertjax had before; costs a pass over parameters and moments, and selects).
     """
 
     dropout_rng: str = "threefry"
+    skip_by_cond: bool = True
     check_new_params: bool = False
 
     def __post_init__(self) -> None:
@@ -93,6 +101,11 @@ def _grads_and_metrics(
     return jax.tree.map(lambda g: g * scale, grads), jax.tree.map(lambda m: m * scale, metrics)
 
 
+def _keep_if_finite(finite: Array, new: Any, old: Any) -> Any:
+    """`new` where the step is finite, else `old`, leaf by leaf."""
+    return jax.tree.map(lambda a, b: jnp.where(finite, a, b), new, old)
+
+
 def train_step(
     state: TrainState,
     batch: dict[str, Array],
@@ -111,21 +124,30 @@ def train_step(
     inputs = {**batch, **state.carry}
     grads, metrics = _grads_and_metrics(loss_fn, state.params, inputs, rng, accum_steps)
     carry = {key: metrics.pop(key) for key in state.carry}
-    with jax.named_scope("optimizer"):
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
     with jax.named_scope("nonfinite_guard"):
         # A step whose loss or gradients are not finite changes nothing but the step count:
         # the loop counts these skips and stops as train.nonfinite says.
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(grad_norm) & jnp.isfinite(metrics.get("loss", 0.0))
-        if options.check_new_params:
-            param_norm = optax.tree.norm(params)
-            finite = finite & jnp.isfinite(param_norm)
-        keep = lambda new, old: jax.tree.map(  # noqa: E731
-            lambda a, b: jnp.where(finite, a, b), new, old)
-        params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
-        carry = keep(carry, state.carry)
+
+    def update(operands: tuple) -> tuple[Params, optax.OptState]:
+        params, opt_state, grads = operands
+        with jax.named_scope("optimizer"):
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+    operands = (state.params, state.opt_state, grads)
+    if options.skip_by_cond and not options.check_new_params:
+        params, opt_state = jax.lax.cond(finite, update, lambda o: (o[0], o[1]), operands)
+    else:  # update, then keep the old state where the step is not finite
+        params, opt_state = update(operands)
+        with jax.named_scope("nonfinite_guard"):
+            if options.check_new_params:
+                param_norm = optax.tree.norm(params)
+                finite = finite & jnp.isfinite(param_norm)
+            params, opt_state = _keep_if_finite(finite, (params, opt_state),
+                                                (state.params, state.opt_state))
+    carry = _keep_if_finite(finite, carry, state.carry)
     # No update norm: reading `updates` after the in-place parameter update makes XLA copy
     # every parameter buffer each step (440 MB at BERT-base, benchmarks/README.md).
     metrics = {

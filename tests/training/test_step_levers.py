@@ -1,7 +1,10 @@
 """The train step's speed levers (training/step.py, StepOptions) compute what the step computed
-before: the finite-step guard read from the gradients is bit-equal to the guard that also
-checked the new parameters, and the cheaper dropout generators keep the keep-rate and resume
-exactly through a checkpoint."""
+before: the finite-step guard read from the gradients, skipping the update under lax.cond or
+selecting after it, is bit-equal to the guard that also checked the new parameters, the cond
+lets XLA update the donated state in place, and the cheaper dropout generators keep the
+keep-rate and resume exactly through a checkpoint."""
+
+import re
 
 import flax.linen as nn
 import jax
@@ -46,12 +49,36 @@ def toy_steps(options, scales):
 def test_the_guard_from_the_gradients_is_the_guard_on_new_parameters_bit_for_bit():
     scales = [1.0, 1.0, np.nan, 1.0, np.inf, 1.0]
     new, flags_new, metrics = toy_steps(StepOptions(), scales)
+    selected, flags_selected, _ = toy_steps(StepOptions(skip_by_cond=False), scales)
     old, flags_old, old_metrics = toy_steps(StepOptions(check_new_params=True), scales)
-    assert flags_new == flags_old == [0, 0, 1, 0, 1, 0]
-    for a, b in zip(jax.tree.leaves((new.params, new.opt_state)),
-                    jax.tree.leaves((old.params, old.opt_state)), strict=True):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert flags_new == flags_selected == flags_old == [0, 0, 1, 0, 1, 0]
+    for a, b, c in zip(jax.tree.leaves((new.params, new.opt_state)),
+                       jax.tree.leaves((selected.params, selected.opt_state)),
+                       jax.tree.leaves((old.params, old.opt_state)), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(c))
     assert "param_norm" not in metrics and "param_norm" in old_metrics  # logged by the loop
+
+
+def copied_state_buffers(options):
+    """The donated state buffers the compiled BERT-tiny step copies before writing them."""
+    task = bert_pretraining(bert_config("tiny", vocab_size=128, max_position_embeddings=64))
+    tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
+    trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 8, 32,
+                            options=options)
+    state, batch = trainer.init(), trainer.device_batch(random_batch())
+    with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(trainer.rules):
+        hlo = trainer.step.jitted.lower(state, batch).compile().as_text()
+    return re.findall(r"= f32\[[\d,]*\]\S* copy\(%state_(\w+)", hlo)
+
+
+def test_skipping_the_update_under_cond_updates_the_donated_state_in_place():
+    """Selecting between old and new state after the update keeps the old state alive beside
+    the in-place writes, so XLA copies the donated parameters and Adam moments each step; the
+    update under lax.cond (the default) copies none of them."""
+    assert copied_state_buffers(StepOptions()) == []
+    selected = copied_state_buffers(StepOptions(skip_by_cond=False))
+    assert any("opt_state" in name and "mu" in name for name in selected), selected
 
 
 @pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg"])
