@@ -49,8 +49,7 @@ import accelerator_step as accel  # noqa: E402  (the rows' configs, weights, FLO
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULTS = dict(fused_qkv=True, gather_free_embeddings=True, pad_vocab_to=1, fused_loss=True,
                 skip_by_cond=True, check_new_params=False, dropout_rng="threefry",
-                attention_dropout=0.0,
-                attention_impl="dot_product")
+                attention_dropout=0.0, attention_impl="dot_product")
 LEVERS = {  # name: what turns the lever back to the step before it (or, padding, on)
     "guard on new params": dict(check_new_params=True),
     "guard by select": dict(skip_by_cond=False),

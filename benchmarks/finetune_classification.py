@@ -183,8 +183,7 @@ def profile_packed(args, model_dir, train, dev) -> str:
     with jax.profiler.trace(str(out / "trace"), profiler_options=options):
         run = bertjax_run(args, model_dir, train, dev, args.packed_sequences)
     trace = max((out / "trace").rglob("*.trace.json.gz"), key=lambda p: p.stat().st_mtime)
-    hlo = next(p for p in sorted((out / "hlo").glob("*jit_train_step*after_optimizations.txt"))
-               if "buffer-assignment" not in p.name)
+    hlo = min((out / "hlo").glob("*jit_train_step*after_optimizations.txt"))
     events = [e for e in xplane_summary.load_events(str(trace))
               if e.module.startswith("jit_train_step")]
     regions, unmatched = xplane_summary.attribute(events, hlo.read_text())

@@ -16,6 +16,7 @@ from scipy import stats
 from bertjax.layers.dropout import keep_mask
 from bertjax.models.bert import bert_config
 from bertjax.objectives.pretraining import bert_pretraining
+from bertjax.training.aot import lower_train_step
 from bertjax.training.checkpoint import Checkpointer
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
@@ -66,9 +67,8 @@ def copied_state_buffers(options):
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
     trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 8, 32,
                             options=options)
-    state, batch = trainer.init(), trainer.device_batch(random_batch())
-    with jax.set_mesh(trainer.mesh), nn.logical_axis_rules(trainer.rules):
-        hlo = trainer.step.jitted.lower(state, batch).compile().as_text()
+    spec = {key: (value.shape, value.dtype) for key, value in random_batch().items()}
+    hlo = lower_train_step(trainer, spec).compile().as_text()
     return re.findall(r"= f32\[[\d,]*\]\S* copy\(%state_(\w+)", hlo)
 
 
