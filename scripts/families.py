@@ -1,9 +1,10 @@
 """ELMo, GPT and BERT on one corpus and budget, against their random-init twins (docs/families.md).
 
-From one command: the three families pretrained on the same corpus for the same budget, each
-evaluated fine-tuned and feature-based against its random-init twin on AG News and a QNLI
-built from the SQuAD slice, over seeds; the papers' ablations on the same regime; a polysemy
-view; tables and plots.
+From one command: BERT (masked LM and left-to-right), GPT and ELMo pretrained on the same
+corpus for the same budget; a learning curve on AG News over labelled-set sizes, each model
+fine-tuned and feature-based against its random-init twin on the same stratified draws, with
+its learning rate chosen on each draw's held-out tenth, beside bag-of-words baselines;
+paired differences with 95% intervals; a polysemy view; tables and plots.
 
     python scripts/families.py --root=workdir/families              # the full study
     python scripts/families.py --root=workdir/families_quick --quick  # one seed, few steps
@@ -67,10 +68,28 @@ def _log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def describe(plan: object) -> str:
-    lines = [f"{len(plan.pretraining)} pretraining runs, {len(plan.downstream)} downstream runs"]
+def describe(plan: object, study: object) -> str:
+    """The plan in a few lines: pretraining runs, then the curve's rows and their runs."""
+    from families_study.curve import fine_tuning_steps
+
+    fine_tuned = [p for p in plan.points if p.approach == "finetuned"]
+    runs = sum(len(study.learning_rates[p.family]) for p in fine_tuned)
+    lines = [f"{len(plan.pretraining)} pretraining runs, {len(plan.points)} learning-curve "
+             f"points ({runs} fine-tuning runs), {len(plan.baselines)} bag-of-words points; "
+             f"labels {', '.join(map(str, plan.labels))}, {plan.draws} paired draws each"]
     lines += [f"  pretrain {p.workdir}: {p.family}, {p.steps} steps" for p in plan.pretraining]
-    lines += [f"  {d.workdir}" for d in plan.downstream]
+    for model, approach, labels in plan.rows():
+        family = study.family(model)
+        what = "probe (L2 chosen on the held-out tenth)"
+        if approach == "finetuned":
+            batch = study.finetune.get(family, {}).get("batch_size", 32)
+            steps = fine_tuning_steps(labels - max(4, round(labels / 10)), batch,
+                                      study.min_steps, study.min_epochs)
+            rates = ", ".join(f"{r:g}" for r in study.learning_rates[family])
+            what = f"fine-tuned, about {steps} steps, rate chosen from {rates}"
+        lines.append(f"  {model} {approach} at {labels} labels: pretrained and random x "
+                     f"{plan.draws} draws, {what}")
+    lines.append(f"  bag-of-words: {', '.join(study.baselines)} at every size and draw")
     return "\n".join(lines)
 
 
@@ -92,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROGRAM}: error: {err}", file=sys.stderr)
         return 2
     if args.dry_run:
-        print(describe(plan))
+        print(describe(plan, study))
         return 0
     if args.compile:
         from families_study.execute import compile_plan
@@ -114,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             execute(plan, study, root, data, _log, args.jobs)
         from families_study.tables import write_report
 
-        texts = write_report(plan, root, list(study.tasks))
+        texts = write_report(plan, root)
     except (data_lib.DataError, RuntimeError, FileNotFoundError) as err:
         print(f"{PROGRAM}: error: {err}", file=sys.stderr)
         return 2

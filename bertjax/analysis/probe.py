@@ -90,9 +90,11 @@ class Probe:
 
 
 def fit_probe(x_NxD: np.ndarray, y_N: Sequence[int], seed: int = 0,
-              l2_grid: Sequence[float] = L2_GRID) -> Probe:
-    """Standardise, choose the L2 weight on a held-out tenth (drawn with `seed`), refit on
-    every row."""
+              l2_grid: Sequence[float] = L2_GRID, held_out: np.ndarray | None = None,
+              refit_all: bool = True) -> Probe:
+    """Standardise, choose the L2 weight on held-out rows (`held_out`, a boolean [N] mask, or
+    a tenth drawn with `seed`), then refit on every row (`refit_all`) or on the rows that
+    were not held out (so a study's arms all fit on the same rows)."""
     x = np.asarray(x_NxD, np.float32)
     y = np.asarray(y_N, np.int64)
     if x.ndim != 2 or len(x) != len(y) or len(x) < 10:
@@ -101,13 +103,21 @@ def fit_probe(x_NxD: np.ndarray, y_N: Sequence[int], seed: int = 0,
     classes = int(y.max()) + 1
     mean, scale = x.mean(0), x.std(0) + 1e-6
     z = (x - mean) / scale
-    held = np.zeros(len(z), bool)
-    held[np.random.default_rng(seed).permutation(len(z))[:len(z) // 10]] = True
+    if held_out is None:
+        held = np.zeros(len(z), bool)
+        held[np.random.default_rng(seed).permutation(len(z))[:len(z) // 10]] = True
+    else:
+        held = np.asarray(held_out, bool)
+        if held.shape != (len(z),) or held.all() or not held.any():
+            raise ValueError(f"held_out has shape {held.shape} with {int(held.sum())} rows "
+                             f"held: give a boolean mask over the {len(z)} rows holding some, "
+                             "not all")
     scores = {}
     for l2 in l2_grid:
         w, b = _fit(z, y, (~held).astype(np.float32), classes, l2)
         predicted = np.argmax(z[held] @ w + b, axis=-1)
         scores[l2] = float(np.mean(predicted == y[held]))
     best = max(l2_grid, key=lambda l2: (scores[l2], l2))  # ties: the stronger regulariser
-    w, b = _fit(z, y, np.ones(len(z), np.float32), classes, best)
+    weights = np.ones(len(z), np.float32) if refit_all else (~held).astype(np.float32)
+    w, b = _fit(z, y, weights, classes, best)
     return Probe(mean, scale, w, b, best, scores[best])

@@ -1,13 +1,16 @@
-"""The families study (scripts/families.py): ELMo, GPT and BERT pretrained on the same corpus
-for the same budget, evaluated fine-tuned and feature-based against their random-init twins,
-over seeds, with the papers' ablations re-based on the same regime (docs/families.md).
+"""The families study (scripts/families.py): BERT (masked LM and left-to-right), GPT and ELMo
+pretrained on the same corpus for the same budget, then a learning curve over labelled-set
+sizes against their random-init twins and bag-of-words baselines, with paired statistics
+over draws, and a polysemy view (docs/families.md).
 
-    config.py      the study's sizes and budgets (gin: configs/studies/*.gin)
-    data.py        the derived data: the pretraining corpus and its held-out lines, QNLI-5
-    plan.py        every run of the study, as data: pretraining runs and downstream cells
-    execute.py     runs them (pretraining as bertjax-train processes, downstream in workers)
-    downstream.py  one downstream run: bertjax.finetune.run, or frozen features + a probe
-    language.py    held-out language-model scores against the unigram baseline
+    config.py      the study's sizes, budgets and curve (gin: configs/studies/*.gin)
+    data.py        the derived data: the pretraining corpus and its held-out lines
+    draws.py       stratified labelled draws, each with its held-out tenth
+    plan.py        every run of the study, as data: pretraining runs and curve points
+    execute.py     runs them (pretraining as bertjax-train processes, points in workers)
+    curve.py       one point: fine-tuned over a rate grid, a probe, or bag-of-words
+    stats.py       paired differences and their 95% intervals
+    flops.py       pretraining FLOPs from a model and batch
     senses.py      the polysemy view: one word's vectors across senses, layer by layer
-    tables.py      mean +- std over seeds from the runs' files: markdown, CSV and plots
+    tables.py      the tables from the runs' files (markdown and CSV); plots.py the pictures
 """

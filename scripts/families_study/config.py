@@ -1,12 +1,15 @@
-"""The study's sizes and budgets, from a gin file (configs/studies/families_*.gin): one file
-per scale, so the same study runs larger by configuration alone.
+"""The study's sizes, budgets and learning curve, from a gin file (configs/studies/
+families_*.gin): one file per scale, so the same study runs larger by configuration alone.
 
-    study = load_study("configs/studies/families_cpu.gin", ["families_study.seeds = 5"])
+    study = load_study("configs/studies/families_cpu.gin", ["families_study.draws = 5"])
 
-`models` names every pretraining run of the study: (family, experiment gin file, extra gin
-bindings), after the `bindings` its family shares; `steps` gives each its budget in steps
-(FLOPs follow from the model and batch: flops.py); `finetune` the recipe settings per family
-(bertjax.finetune.recipe.Recipe fields).
+`models` names every pretraining run: (family, experiment gin file, extra gin bindings), after
+the `bindings` its family shares; `steps` gives each its budget in steps (FLOPs follow from
+the model and batch: flops.py). The learning curve trains every model at each size of
+`labels` (stratified AG News draws, `draws` of each, the same draws for every arm),
+fine-tuned where `fine_tuned` says so and feature-based (a probe on frozen layers) for every
+model in `probed`; `finetune` holds each family's recipe settings and `learning_rates` the grid
+a run's rate is chosen from, per (model, init, size), on the draw's held-out tenth.
 Relative paths are read from the repository root.
 """
 
@@ -21,7 +24,8 @@ import gin
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 FAMILIES = ("bert", "gpt", "elmo")
-TABLES = ("bert_table5", "bert_table6", "gpt_table5", "elmo_table2")
+BASELINES = ("tfidf_logreg", "naive_bayes")
+TRAIN_ROWS = 4000  # AG News's train.tsv
 
 
 class StudyError(ValueError):
@@ -35,18 +39,22 @@ class Study:
 
     models: dict[str, tuple[str, str, Sequence[str]]]  # name: (family, experiment, bindings)
     steps: dict[str, int]  # name: pretraining steps (the budget)
-    finetune: dict[str, dict[str, Any]]  # family: Recipe settings for every task
-    seeds: int = 3
-    pretrain_seeds: dict[str, int] = dataclasses.field(default_factory=dict)  # default: seeds
+    finetune: dict[str, dict[str, Any]]  # family: Recipe settings
+    learning_rates: dict[str, Sequence[float]]  # family: the fine-tuning rates to choose from
+    labels: Sequence[int] = (100, 400, 1600, 4000)  # labelled-set sizes of the curve
+    draws: int = 3  # stratified draws of each size, shared by every arm
+    # model: the sizes it is fine-tuned at (a model missing here is fine-tuned at none)
+    fine_tuned: dict[str, Sequence[int]] = dataclasses.field(default_factory=dict)
+    probed: Sequence[str] = ()  # models read feature-based (a probe) at every size
+    baselines: Sequence[str] = BASELINES  # bag-of-words rows at every size
+    min_steps: int = 300  # a fine-tuning run trains at least this many steps
+    min_epochs: float = 5.0  # and at least this many passes over its rows
     # family: gin bindings every model of that family gets before its own (a scale's sizes,
     # batch, sequence length, vocabulary and corpus)
     bindings: dict[str, Sequence[str]] = dataclasses.field(default_factory=dict)
     shared_data: str = "../shared/data"
-    tasks: Sequence[str] = ("agnews", "qnli5")
-    tables: Sequence[str] = TABLES
-    table6: Sequence[str] = ("bert_small", "bert", "bert_large")  # Table 6's sizes, in order
-    train_rows: int | None = None  # use only the first N training rows of each task
-    eval_rows: int | None = None  # evaluate on the first N rows only (None: all 7,600)
+    train_rows: int | None = None  # read only the first N training rows (the quick study)
+    eval_rows: int | None = None  # score on the first N test rows only (None: all 7,600)
     probe_max_length: int = 64  # tokens a feature-based run reads of a text
     heldout_batches: int = 64  # held-out scoring: at most this many batches of 32 rows
     polysemy: bool = True
@@ -65,23 +73,29 @@ class Study:
             if name not in self.steps or self.steps[name] < 1:
                 raise StudyError(f"families_study.steps has no positive budget for {name!r}: "
                                  "give every model its pretraining steps")
-        missing = [f for f in FAMILIES if f not in self.models]
-        if missing:
-            raise StudyError(f"families_study.models lacks {', '.join(missing)}: the study "
-                             "pretrains one model named after each family")
-        unknown = set(self.tables) - set(TABLES) | set(self.tasks) - {"agnews", "qnli5"}
+        unknown = (set(self.fine_tuned) | set(self.probed)) - set(self.models)
         if unknown:
-            raise StudyError(f"unknown tables or tasks {sorted(unknown)}: tables are "
-                             f"{', '.join(TABLES)}; tasks agnews, qnli5")
-        if self.seeds < 1:
-            raise StudyError(f"families_study.seeds is {self.seeds}: run at least one seed")
+            raise StudyError(f"families_study.fine_tuned or probed names {sorted(unknown)}, "
+                             "not in families_study.models: name pretrained models")
+        for model in self.fine_tuned:
+            if not self.learning_rates.get(self.family(model)):
+                raise StudyError(f"families_study.learning_rates has no rates for family "
+                                 f"{self.family(model)!r}: give the grid its runs choose from")
+        rows = self.train_rows or TRAIN_ROWS
+        sizes = [*self.labels, *(n for sizes in self.fine_tuned.values() for n in sizes)]
+        bad = [n for n in sizes if not 10 <= n <= rows]
+        if bad:
+            raise StudyError(f"families_study.labels {bad} outside [10, {rows}]: a draw "
+                             "needs 10 rows at least and at most the training file's")
+        if self.draws < 1:
+            raise StudyError(f"families_study.draws is {self.draws}: draw at least once")
+        unknown_baselines = set(self.baselines) - set(BASELINES)
+        if unknown_baselines:
+            raise StudyError(f"unknown baselines {sorted(unknown_baselines)}: choose among "
+                             f"{', '.join(BASELINES)}")
 
     def family(self, model: str) -> str:
         return self.models[model][0]
-
-    def seeds_of(self, model: str) -> int:
-        """How many pretraining seeds model `model` runs (downstream seed s reads s mod n)."""
-        return min(self.pretrain_seeds.get(model, self.seeds), self.seeds)
 
 
 def load_study(study_file: str, bindings: Sequence[str] = ()) -> Study:

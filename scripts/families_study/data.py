@@ -7,12 +7,6 @@ repository), the same bytes on every run:
   pairs are a title and its description rather than two unrelated items, and GPT's documents
   end where an item ends. Every 20th item is held out (`heldout.txt`, about 500 items) for
   the held-out language-model scores; every family pretrains on the rest.
-- `qnli5/train.tsv`, `qnli5/dev.tsv`: a QNLI built from the SQuAD 2.0 dev slice
-  (`squad-v2-dev-5/dev.json`, five Wikipedia articles) as GLUE built QNLI from SQuAD (Wang et
-  al. 2018): each answerable question paired with the sentence of its paragraph that holds
-  the answer (entailment) and with another sentence of the same paragraph drawn at random
-  (not_entailment). Unlike GLUE, pairs of low word overlap are kept, so overlap is a cue.
-  Split by paragraph (every third paragraph of an article is dev), so no sentence is in both.
 - AG News's own `train.tsv` (4,000 labelled items) and `test_all.tsv` (7,600) are read in
   place. Their text is not in the held-out split's place: `unlabelled.txt` holds the
   training items but none of the test file's.
@@ -22,16 +16,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import pathlib
-import random
-import re
 
 from bertjax.data.corpora import split_sentences
 
 HELD_OUT_EVERY = 20
-QNLI_LABELS = ("entailment", "not_entailment")
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9\"'(])")
 
 
 class DataError(ValueError):
@@ -46,14 +35,12 @@ class StudyData:
     heldout: pathlib.Path
     agnews_train: pathlib.Path
     agnews_test: pathlib.Path
-    qnli_train: pathlib.Path
-    qnli_dev: pathlib.Path
 
 
 def _need(path: pathlib.Path, what: str) -> pathlib.Path:
     if not path.is_file():
-        raise DataError(f"{path} is missing ({what}): pass --data=DIR holding agnews/ and "
-                        "squad-v2-dev-5/ (the project's ../shared/data)")
+        raise DataError(f"{path} is missing ({what}): pass --data=DIR holding agnews/ (the "
+                        "project's ../shared/data)")
     return path
 
 
@@ -78,48 +65,6 @@ def split_corpus(lines: list[str]) -> tuple[str, str]:
     return "\n".join(kept), "\n".join(held)
 
 
-def sentence_spans(context: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of a paragraph's sentences."""
-    spans, start = [], 0
-    for match in _SENTENCE_END.finditer(context):
-        spans.append((start, match.start()))
-        start = match.end()
-    spans.append((start, len(context)))
-    return [(s, e) for s, e in spans if context[s:e].strip()]
-
-
-def qnli_pairs(squad: dict, seed: int = 0) -> tuple[list[tuple], list[tuple]]:
-    """(train, dev) rows (question, sentence, label) of the QNLI derivation (module doc)."""
-    rng = random.Random(seed)
-    train, dev = [], []
-    for article in squad["data"]:
-        for p, paragraph in enumerate(article["paragraphs"]):
-            context = paragraph["context"]
-            spans = sentence_spans(context)
-            if len(spans) < 2:
-                continue
-            rows = dev if p % 3 == 2 else train
-            for qa in paragraph["qas"]:
-                if qa.get("is_impossible") or not qa["answers"]:
-                    continue
-                start = qa["answers"][0]["answer_start"]
-                holding = [k for k, (s, e) in enumerate(spans) if s <= start < e]
-                if not holding:
-                    continue
-                other = rng.choice([k for k in range(len(spans)) if k != holding[0]])
-                question = " ".join(qa["question"].split())
-                for k, label in ((holding[0], QNLI_LABELS[0]), (other, QNLI_LABELS[1])):
-                    s, e = spans[k]
-                    rows.append((question, " ".join(context[s:e].split()), label))
-    return train, dev
-
-
-def _tsv(rows: list[tuple]) -> str:
-    lines = ["index\tquestion\tsentence\tlabel"]
-    lines += [f"{i}\t{q}\t{s}\t{y}" for i, (q, s, y) in enumerate(rows)]
-    return "\n".join(lines) + "\n"
-
-
 def _first_rows(path: pathlib.Path, rows: int | None, out: pathlib.Path) -> pathlib.Path:
     """`path` itself, or its header and first `rows` rows written to `out` (a quick study)."""
     if rows is None:
@@ -132,28 +77,18 @@ def _first_rows(path: pathlib.Path, rows: int | None, out: pathlib.Path) -> path
 def prepare(shared: pathlib.Path, root: pathlib.Path, train_rows: int | None = None,
             eval_rows: int | None = None) -> StudyData:
     """Write the derived files under root/data (unchanged files are left alone); with
-    `train_rows` / `eval_rows`, each task's first rows only (the quick study)."""
-    agnews, squad_file = shared / "agnews", shared / "squad-v2-dev-5" / "dev.json"
+    `train_rows` / `eval_rows`, AG News's first rows only (the quick study)."""
+    agnews = shared / "agnews"
     unlabelled = _need(agnews / "unlabelled.txt", "AG News's unlabelled news")
+    train = _need(agnews / "train.tsv", "AG News training items")
+    test = _need(agnews / "test_all.tsv", "AG News's whole test file")
     pretrain, heldout = split_corpus(unlabelled.read_text(encoding="utf-8").splitlines())
     out = root / "data"
     _write(out / "pretrain.txt", pretrain)
     _write(out / "heldout.txt", heldout)
-    try:
-        squad = json.loads(_need(squad_file, "the SQuAD 2.0 dev slice").read_text("utf-8"))
-    except json.JSONDecodeError as err:
-        raise DataError(f"{squad_file} is not JSON ({err}): restore the shared file") from None
-    train, dev = qnli_pairs(squad)
-    _write(out / "qnli5" / "train.tsv", _tsv(train))
-    _write(out / "qnli5" / "dev.tsv", _tsv(dev))
-    return StudyData(
-        out / "pretrain.txt", out / "heldout.txt",
-        _first_rows(_need(agnews / "train.tsv", "AG News training items"), train_rows,
-                    out / "agnews" / "train.tsv"),
-        _first_rows(_need(agnews / "test_all.tsv", "AG News's whole test file"), eval_rows,
-                    out / "agnews" / "test.tsv"),
-        _first_rows(out / "qnli5" / "train.tsv", train_rows, out / "qnli5" / "train_rows.tsv"),
-        _first_rows(out / "qnli5" / "dev.tsv", eval_rows, out / "qnli5" / "dev_rows.tsv"))
+    return StudyData(out / "pretrain.txt", out / "heldout.txt",
+                     _first_rows(train, train_rows, out / "agnews" / "train.tsv"),
+                     _first_rows(test, eval_rows, out / "agnews" / "test.tsv"))
 
 
 def read_texts(path: pathlib.Path) -> tuple[list[tuple[str, ...]], list[str]]:

@@ -1,16 +1,19 @@
-"""Running the plan: pretraining as bertjax-train processes, then in this process the held-out
-scores, the downstream runs and the polysemy view. Every step is skipped when its files say it
-finished, so re-running the study resumes it; each step's wall time goes into its record.
+"""Running the plan: pretraining as bertjax-train processes, held-out scores, the learning
+curve's points (frozen features once per model, then the bag-of-words baselines and probes
+in this process, then the fine-tuned points in `jobs` worker processes), and the polysemy
+view. Every step is skipped when its files say it finished, so re-running the study resumes
+it; each step's wall time goes into its record.
 
 bertjax-train gets the experiment's gin file, the model's bindings, its budget
-(`NUM_STEPS`), its seed (`SEED`: initialisation, dropout and data order) and the study's
-corpus (`CORPUS`); the study's experiment files bind those macros.
+(`NUM_STEPS`), its seed (`SEED`) and the study's corpus (`CORPUS`); the study's experiment
+files bind those macros.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import json
+import multiprocessing
 import os
 import pathlib
 import subprocess
@@ -18,12 +21,14 @@ import sys
 import time
 from collections.abc import Callable
 
+from families_study import curve
 from families_study.config import REPO, Study
-from families_study.data import StudyData
-from families_study.downstream import DONE, run_downstream
-from families_study.plan import Plan, Pretraining
+from families_study.data import StudyData, read_texts
+from families_study.draws import make_draw
+from families_study.plan import Baseline, Plan, Point, Pretraining
 
 Log = Callable[[str], None]
+DONE = "study.json"
 
 
 def train_command(run: Pretraining, root: pathlib.Path, data: StudyData) -> list[str]:
@@ -45,12 +50,10 @@ def compile_command(run: Pretraining, study: Study) -> list[str]:
 
 
 def compile_plan(plan: Plan, study: Study, log: Log) -> bool:
-    """bertjax-compile for each pretraining model of the study (its first seed): prints each
-    report; True when every model's step fits its target."""
+    """bertjax-compile for each pretraining model of the study: prints each report; True when
+    every model's step fits its target."""
     fits = True
     for run in plan.pretraining:
-        if run.seed != 0:
-            continue
         command = compile_command(run, study)
         log(f"compile {run.model}: {' '.join(command[1:])}")
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
@@ -63,7 +66,7 @@ def compile_plan(plan: Plan, study: Study, log: Log) -> bool:
 
 def environment(root: pathlib.Path) -> dict[str, str]:
     """The tools' environment: one persistent JAX compilation cache for the whole study (the
-    same programs recur across seeds), unless the caller chose one."""
+    same programs recur across points), unless the caller chose one."""
     env = dict(os.environ)
     env.setdefault("JAX_COMPILATION_CACHE_DIR", str(root / "jax_cache"))
     return env
@@ -119,10 +122,75 @@ def use_compilation_cache(root: pathlib.Path) -> None:
     jax.config.update("jax_compilation_cache_dir", environment(root)["JAX_COMPILATION_CACHE_DIR"])
 
 
+def _draw(study: Study, data: StudyData, labels: int, draw: int):
+    return make_draw(read_texts(data.agnews_train)[1], labels, draw)
+
+
+def run_point(point: Point, study: Study, root: pathlib.Path, data: StudyData) -> dict:
+    """One learning-curve point (curve.py), unless its record says it finished."""
+    path = root / point.workdir / DONE
+    if (finished := curve.done(path)) is not None:
+        return finished
+    start = time.perf_counter()
+    draw = _draw(study, data, point.labels, point.draw)
+    pretrained = root / point.pretraining.workdir
+    if point.approach == "finetuned":
+        value = curve.fine_tuned(point.family, study.finetune.get(point.family, {}),
+                                 study.learning_rates[point.family], point.init, pretrained,
+                                 draw, data.agnews_train, data.agnews_test,
+                                 root / point.workdir, study.min_steps, study.min_epochs)
+    else:
+        features = curve.cached_features(root, point.model, point.family, point.init,
+                                         point.draw, pretrained, data.agnews_train,
+                                         data.agnews_test, study.probe_max_length)
+        value = curve.probed(features, draw, data.agnews_train, data.agnews_test)
+    return curve.record(path, value, time.perf_counter() - start)
+
+
+def run_baseline(baseline: Baseline, study: Study, root: pathlib.Path,
+                 data: StudyData) -> dict:
+    """One bag-of-words point, unless its record says it finished."""
+    path = root / baseline.workdir / DONE
+    if (finished := curve.done(path)) is not None:
+        return finished
+    start = time.perf_counter()
+    draw = _draw(study, data, baseline.labels, baseline.draw)
+    value = curve.bag_of_words(baseline.kind, draw, data.agnews_train, data.agnews_test)
+    return curve.record(path, value, time.perf_counter() - start)
+
+
+def _worker_setup(scripts: str, cache: str) -> None:
+    """A worker process: the study's modules importable, the study's compilation cache."""
+    sys.path.insert(0, scripts)
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", cache)
+
+
+def _run_points(points: list[Point], study: Study, root: pathlib.Path, data: StudyData,
+                log: Log, jobs: int) -> None:
+    """The fine-tuned points, in this process (jobs=1) or in `jobs` fresh worker processes
+    (each compiles once, then reuses its programs from the study's cache)."""
+    todo = [p for p in points if not (root / p.workdir / DONE).is_file()]
+    if jobs <= 1:
+        for n, point in enumerate(todo, 1):
+            log(f"fine-tune {n}/{len(todo)}: {point.workdir}")
+            run_point(point, study, root, data)
+        return
+    context = multiprocessing.get_context("spawn")
+    cache = environment(root)["JAX_COMPILATION_CACHE_DIR"]
+    with concurrent.futures.ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=_worker_setup,
+            initargs=(str(REPO / "scripts"), cache)) as pool:
+        futures = {pool.submit(run_point, p, study, root, data): p for p in todo}
+        for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            future.result()  # the first failure stops the study, with its message
+            log(f"fine-tuned {n}/{len(todo)}: {futures[future].workdir}")
+
+
 def execute(plan: Plan, study: Study, root: pathlib.Path, data: StudyData, log: Log,
             jobs: int = 1) -> None:
-    """Every run of the plan, in order: pretraining (`jobs` processes at a time), held-out
-    scores, downstream, senses."""
+    """Every run of the plan, in order (module docstring)."""
     from families_study.senses import run_senses
 
     use_compilation_cache(root)
@@ -131,18 +199,23 @@ def execute(plan: Plan, study: Study, root: pathlib.Path, data: StudyData, log: 
             future.result()  # the first failure stops the study, with its message
     for run in plan.pretraining:
         score_held_out(run, study, root, data, log)
-    for n, job in enumerate(plan.downstream, 1):
-        if not (root / job.workdir / DONE).is_file():
-            log(f"downstream {n}/{len(plan.downstream)}: {job.workdir}")
-        run_downstream(job, study, root, data)
+    log(f"bag-of-words: {len(plan.baselines)} points")
+    for baseline in plan.baselines:
+        run_baseline(baseline, study, root, data)
+    probes = [p for p in plan.points if p.approach == "features"]
+    for n, point in enumerate(probes, 1):
+        if not (root / point.workdir / DONE).is_file():
+            log(f"probe {n}/{len(probes)}: {point.workdir}")
+        run_point(point, study, root, data)
+    _run_points([p for p in plan.points if p.approach == "finetuned"], study, root, data,
+                log, jobs)
     if not study.polysemy:
         return
-    for seed in range(study.seeds):
-        for family in ("bert", "gpt", "elmo"):
-            source = next(p for p in plan.pretraining
-                          if p.model == family and p.seed == seed % study.seeds_of(family))
-            for init in ("pretrained", "random"):
-                out = root / "senses" / f"{family}-{init}" / f"seed={seed}"
-                if not (out / "senses.json").is_file():
-                    log(f"senses {family}-{init} seed={seed}")
-                run_senses(family, init, seed, root / source.workdir, out)
+    for run in plan.pretraining:
+        if run.model not in ("bert", "gpt", "elmo"):
+            continue
+        for init in ("pretrained", "random"):
+            out = root / "senses" / f"{run.model}-{init}"
+            if not (out / "senses.json").is_file():
+                log(f"senses {run.model}-{init}")
+            run_senses(run.family, init, 0, root / run.workdir, out)

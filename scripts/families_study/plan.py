@@ -1,25 +1,28 @@
-"""Every run of the study, as data: which pretraining runs, which downstream runs, which table
-cell reads which run. Nothing here runs anything, so `--dry_run` and the tests read the plan.
+"""Every run of the study, as data: the pretraining runs and the learning curve's points.
+Nothing here runs anything, so `--dry_run` and the tests read the plan.
 
 Layout under the study's root:
 
-    pretrain/<model>/seed=<s>/            bertjax-train workdirs (+ heldout.json)
-    runs/<task>/<cell>/seed=<s>/          one downstream run: metrics.jsonl, eval_results.json
-    senses/<family>-<init>/seed=<s>/      the polysemy view's vectors and separations
+    pretrain/<model>/                         bertjax-train workdirs (+ heldout.json)
+    curve/<model>-<approach>/<init>/n=<N>/draw=<d>/
+                                              one point: study.json (its test accuracy and
+                                              choices); fine-tuned points hold one run per
+                                              learning rate (lr=<rate>/)
+    curve/bow-<baseline>/n=<N>/draw=<d>/      a bag-of-words point
+    features/<model>/<init>.npz               a model's frozen features, computed once
+    senses/<family>-<init>/                   the polysemy view's vectors and separations
 
-A cell is `<model>-<init>-<approach>[-<variant>]`: init "pretrained" or "random" (the same
-architecture and tokenizer, no pretraining), approach "finetuned" (bertjax.finetune.run: BERT
-and GPT fine-tuned whole, ELMo in its task model) or "features" (the frozen model's mean-pooled
-layers into the same logistic regression for every family). Downstream seed s starts from
-pretraining seed s mod (the model's pretraining seeds); a random twin reads that run's
-config and tokenizer, not its weights. Runs that two tables share (the
-families table's BERT is Table 5's "No NSP" and Table 6's middle size) run once.
+A point is (model, approach, init, labelled-set size N, draw d): approach "finetuned"
+(bertjax.finetune.run: BERT and GPT fine-tuned whole, ELMo in its task model) or "features"
+(the frozen model's mean-pooled layers into the same logistic regression for every family);
+init "pretrained" or "random" (the same architecture and tokenizer, initialised from the
+draw's seed). Draw d of size N is the same rows for every arm (draws.py), so each pretrained
+point has a random twin on the same labels, and the bag-of-words baselines read them too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from families_study.config import Study
 
@@ -36,120 +39,80 @@ class Pretraining:
     experiment: str
     bindings: tuple[str, ...]
     steps: int
-    seed: int
+    seed: int = 0
 
     @property
     def workdir(self) -> str:
-        return f"pretrain/{self.model}/seed={self.seed}"
+        return f"pretrain/{self.model}"
 
 
 @dataclasses.dataclass(frozen=True)
-class Downstream:
-    """One downstream run: a model (pretrained or its random twin), an approach, a task."""
+class Point:
+    """One point of the learning curve: a model's arm on one draw of N labels."""
 
-    task: str
     model: str
     family: str
-    init: str
     approach: str
-    seed: int
+    init: str
+    labels: int
+    draw: int
     pretraining: Pretraining
-    variant: str = ""  # what an ablation changes, as a name
-    settings: tuple[tuple[str, Any], ...] = ()  # Recipe settings the variant overrides
-
-    @property
-    def cell(self) -> str:
-        parts = [self.model, self.init, self.approach] + ([self.variant] if self.variant else [])
-        return "-".join(parts)
 
     @property
     def workdir(self) -> str:
-        return f"runs/{self.task}/{self.cell}/seed={self.seed}"
+        return (f"curve/{self.model}-{self.approach}/{self.init}/n={self.labels}/"
+                f"draw={self.draw}")
 
 
 @dataclasses.dataclass(frozen=True)
-class Row:
-    """One row of an ablation table: its label and the cell it reads."""
+class Baseline:
+    """One bag-of-words point: a scikit-learn classifier on one draw of N labels."""
 
-    label: str
-    cell: str
+    kind: str
+    labels: int
+    draw: int
+
+    @property
+    def workdir(self) -> str:
+        return f"curve/bow-{self.kind}/n={self.labels}/draw={self.draw}"
 
 
 @dataclasses.dataclass
 class Plan:
-    """The study's runs and tables."""
+    """The study's runs, pretraining first, then the curve's points in the order they run:
+    the cheap ones (baselines, probes) before the fine-tuned ones."""
 
     pretraining: list[Pretraining]
-    downstream: list[Downstream]
-    tables: dict[str, list[Row]]  # ablation table: rows (on AG News)
+    points: list[Point]
+    baselines: list[Baseline]
+    labels: tuple[int, ...]
+    draws: int
 
-    def cells(self, task: str) -> list[str]:
-        return list(dict.fromkeys(d.cell for d in self.downstream if d.task == task))
+    def rows(self) -> list[tuple[str, str, int]]:
+        """(model, approach, N) of every learning-curve row, in table order."""
+        return list(dict.fromkeys((p.model, p.approach, p.labels) for p in sorted(
+            self.points, key=lambda p: (p.model, p.approach, p.labels))))
 
 
-def _pretraining(study: Study, model: str, seed: int) -> Pretraining:
+def _pretraining(study: Study, model: str) -> Pretraining:
     family, experiment, bindings = study.models[model]
     shared = tuple(study.bindings.get(family, ()))
-    return Pretraining(model, family, experiment, shared + tuple(bindings), study.steps[model],
-                       seed)
-
-
-def _downstream(study: Study, task: str, model: str, init: str, approach: str, seed: int,
-                variant: str = "", settings: tuple = ()) -> Downstream:
-    source = _pretraining(study, model, seed % study.seeds_of(model))
-    return Downstream(task, model, study.family(model), init, approach, seed, source, variant,
-                      settings)
-
-
-def _ablations(study: Study) -> dict[str, list[tuple[str, str, str, str, tuple]]]:
-    """table: rows (label, model, init, variant, settings), fine-tuned on AG News."""
-    return {
-        "bert_table5": [
-            ("MLM + NSP", "bert_nsp", "pretrained", "", ()),
-            ("No NSP (MLM)", "bert", "pretrained", "", ()),
-            ("LTR & No NSP", "bert_ltr", "pretrained", "", ()),
-            ("LTR & No NSP + BiLSTM", "bert_ltr", "pretrained", "bilstm",
-             (("bilstm", True), ("lstm_size", 128))),
-        ],
-        # labelled "L=.., H=.., A=.." from each run's model.json when the table is made
-        "bert_table6": [(m, m, "pretrained", "", ()) for m in study.table6],
-        "gpt_table5": [
-            ("Transformer with aux LM (lambda 0.5)", "gpt", "pretrained", "", ()),
-            ("Transformer w/o aux LM", "gpt", "pretrained", "no_aux", (("lm_coef", 0.0),)),
-            ("Transformer w/o pre-training", "gpt", "random", "", ()),
-        ],
-        "elmo_table2": [
-            ("Last layer only", "elmo", "pretrained", "last_only", (("top_layer_only", True),)),
-            ("All layers, lambda = 1", "elmo", "pretrained", "lambda_1", (("mix_l2", 1.0),)),
-            ("All layers, lambda = 0.001", "elmo", "pretrained", "", ()),
-        ],
-    }
+    return Pretraining(model, family, experiment, shared + tuple(bindings), study.steps[model])
 
 
 def make_plan(study: Study) -> Plan:
-    """The runs of `study`, each once, pretraining before the runs that read it."""
-    downstream: list[Downstream] = []
-    for seed in range(study.seeds):
-        for task in study.tasks:
-            for family in ("bert", "gpt", "elmo"):
-                for init in INITS:
-                    for approach in APPROACHES:
-                        downstream.append(_downstream(study, task, family, init, approach, seed))
-    tables: dict[str, list[Row]] = {}
-    for name, rows in _ablations(study).items():
-        if name not in study.tables:
-            continue
-        tables[name] = []
-        for label, model, init, variant, settings in rows:
-            if model not in study.models:
-                raise ValueError(f"table {name} needs model {model!r}: add it to "
-                                 "families_study.models (with its steps)")
-            for seed in range(study.seeds):
-                downstream.append(_downstream(study, "agnews", model, init, "finetuned", seed,
-                                              variant, settings))
-            tables[name].append(Row(label, downstream[-1].cell))
-    unique = list({d.workdir: d for d in downstream}.values())
-    # a random twin reads its pretraining run too: the architecture and the tokenizer
-    pretraining = list({d.pretraining.workdir: d.pretraining for d in unique}.values())
-    pretraining.sort(key=lambda p: (p.seed, list(study.models).index(p.model)))
-    return Plan(pretraining, unique, tables)
+    """The runs of `study`, each once."""
+    pretraining = {model: _pretraining(study, model) for model in study.models}
+    points = []
+    for approach, sizes_of in (("features", {m: study.labels for m in study.probed}),
+                               ("finetuned", study.fine_tuned)):
+        for model, sizes in sizes_of.items():
+            for labels in sizes:
+                for draw in range(study.draws):
+                    for init in INITS:
+                        points.append(Point(model, study.family(model), approach, init,
+                                            labels, draw, pretraining[model]))
+    sizes = sorted({*study.labels, *(p.labels for p in points)})
+    baselines = [Baseline(kind, n, d) for n in sizes for d in range(study.draws)
+                 for kind in study.baselines]
+    return Plan(list(pretraining.values()), points, baselines, tuple(sizes), study.draws)

@@ -1,22 +1,22 @@
 """The study's tables and plots, recomputed from the runs' own files every time (nothing is
 carried over from the run that made them), into `<root>/report/`:
 
-    families_<task>.md/.csv   per family and approach: pretrained vs random-init twin, mean ±
-                              std over seeds, the gain, and whether it is outside the spread
-    pretraining.md/.csv       per pretraining model: budget (steps, positions, FLOPs, wall
-                              time) and held-out score against the unigram baseline
-    <table>.md/.csv           the re-based ablation tables (bert_table5, bert_table6,
-                              gpt_table5, elmo_table2)
-    polysemy.md/.csv          sense separation of "bank" per layer, per family and init
-    curves.png, families.png, polysemy.png
+    learning_curve.md/.csv   per model, approach and labelled-set size: pretrained and random
+                             means over the draws, the paired difference with its 95% interval
+                             and verdict, the bag-of-words baselines on the same draws
+    selection.md             the learning rates each fine-tuned arm chose, per size
+    pretraining.md/.csv      per pretraining model: budget (steps, positions, FLOPs, wall
+                             time) and held-out score against the unigram baseline
+    polysemy.md/.csv         sense separation of "bank" per layer, per family and init
+    learning_curve.png, curves.png, polysemy.png
 
-Spreads come from bertjax.analysis.seeds over the runs' workdirs (`<cell>/seed=N`), the same
-code as `bertjax-report --over_seeds`. "Outside the spread" means the two mean ± std
-intervals do not overlap.
+learning_curve.csv is the study's result for programs: one row per (family, approach, labels)
+with the columns of CURVE_CSV (family is the model's name: bert, bert_ltr, gpt, elmo).
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import pathlib
@@ -25,59 +25,96 @@ from types import SimpleNamespace
 from typing import Any
 
 from bertjax.analysis.report import csv_text, markdown
-from bertjax.analysis.runs import load_run
-from bertjax.analysis.seeds import Spread, seed_summary
 from families_study.flops import training_flops
-from families_study.plan import APPROACHES, Plan
+from families_study.plan import Plan
+from families_study.stats import Paired, paired
 
-TASK_NAMES = {"agnews": "AG News (test_all.tsv, 7,600)", "qnli5": "QNLI-5 (dev, 416 pairs)"}
-APPROACH_NAMES = {"finetuned": "fine-tuned (ELMo: its task model)",
-                  "features": "feature-based (frozen, same classifier)"}
-
-
-def _spread(values: list[float]) -> Spread:
-    return Spread(tuple(values), tuple(range(len(values))))
-
-
-def cell_spreads(plan: Plan, root: pathlib.Path, task: str) -> dict[str, Spread]:
-    """{cell: accuracy over its seeds} read from each run's eval_results.json."""
-    runs = [load_run(root / d.workdir, follow_init=False) for d in plan.downstream
-            if d.task == task]
-    summary = seed_summary(runs, metrics=["dev_accuracy"])
-    return {cell: spreads["dev_accuracy"] for cell, spreads in summary.items()
-            if "dev_accuracy" in spreads}
+CURVE_CSV = ["family", "approach", "labels", "pretrained_mean", "random_mean", "diff_mean",
+             "diff_ci_low", "diff_ci_high", "bow_logreg", "bow_nb", "draws"]
+APPROACH_NAMES = {"finetuned": "fine-tuned", "features": "feature-based"}
+VERDICTS = {"better": "pretrained better", "worse": "random better",
+            "not shown": "not shown", "one draw": "one draw"}
 
 
-def outside(a: Spread, b: Spread) -> bool:
-    """True when a's mean ± std interval lies wholly above b's."""
-    return a.mean - a.std > b.mean + b.std
+def _read(path: pathlib.Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
-def families_table(plan: Plan, root: pathlib.Path, task: str
-                   ) -> tuple[list[str], list[list[str]], list[list[str]]]:
-    """(header, markdown rows, CSV rows) of the families table for one task."""
-    spreads = cell_spreads(plan, root, task)
-    header = ["family", "approach", "seeds", "pretrained", "random init", "gain",
-              "outside spread"]
-    rows, csv_rows = [], []
-    for family in ("elmo", "gpt", "bert"):
-        for approach in APPROACHES:
-            pre = spreads.get(f"{family}-pretrained-{approach}")
-            rand = spreads.get(f"{family}-random-{approach}")
-            if pre is None or rand is None:
-                continue
-            gain = pre.mean - rand.mean
-            verdict = "yes" if outside(pre, rand) else ("below" if outside(rand, pre) else "no")
-            rows.append([family.upper() if family != "elmo" else "ELMo",
-                         APPROACH_NAMES[approach], str(pre.n), pre.text(3), rand.text(3),
-                         f"{gain:+.3f}", verdict])
-            csv_rows.append([family, approach, str(pre.n), repr(pre.mean), repr(pre.std),
-                             repr(rand.mean), repr(rand.std), repr(gain), verdict])
-    return header, rows, csv_rows
+def point_accuracies(plan: Plan, root: pathlib.Path) -> dict[tuple, dict[str, list[float]]]:
+    """{(model, approach, N): {init: test accuracy per draw, in draw order}} of the finished
+    points (a row with a missing draw is left out by `curve_rows`)."""
+    out: dict[tuple, dict[str, list[float]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list))
+    for p in sorted(plan.points, key=lambda p: p.draw):
+        path = root / p.workdir / "study.json"
+        if path.is_file():
+            out[(p.model, p.approach, p.labels)][p.init].append(_read(path)["accuracy"])
+    return out
 
 
-FAMILIES_CSV = ["family", "approach", "seeds", "pretrained_mean", "pretrained_std",
-                "random_mean", "random_std", "gain", "outside_spread"]
+def baseline_means(plan: Plan, root: pathlib.Path) -> dict[tuple[str, int], float]:
+    """{(baseline, N): mean test accuracy over the draws}."""
+    values: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
+    for b in plan.baselines:
+        path = root / b.workdir / "study.json"
+        if path.is_file():
+            values[(b.kind, b.labels)].append(_read(path)["accuracy"])
+    return {key: statistics.fmean(v) for key, v in values.items()}
+
+
+def curve_rows(plan: Plan, root: pathlib.Path) -> list[dict[str, Any]]:
+    """One dict per learning-curve row whose every draw finished for both inits."""
+    accuracies, bow = point_accuracies(plan, root), baseline_means(plan, root)
+    rows = []
+    for model, approach, labels in plan.rows():
+        arms = accuracies.get((model, approach, labels), {})
+        pre, rand = arms.get("pretrained", []), arms.get("random", [])
+        if len(pre) != plan.draws or len(rand) != plan.draws:
+            continue
+        rows.append({"family": model, "approach": approach, "labels": labels,
+                     "pretrained": pre, "random": rand, "paired": paired(pre, rand),
+                     "bow_logreg": bow.get(("tfidf_logreg", labels), math.nan),
+                     "bow_nb": bow.get(("naive_bayes", labels), math.nan),
+                     "draws": plan.draws})
+    return rows
+
+
+def _interval(p: Paired) -> str:
+    if math.isnan(p.low):
+        return f"{p.mean:+.3f}"
+    return f"{p.mean:+.3f} [{p.low:+.3f}, {p.high:+.3f}]"
+
+
+def _mean(values: list[float]) -> str:
+    return f"{statistics.fmean(values):.3f}"
+
+
+def curve_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]],
+                                                      list[str], list[list[str]]]:
+    header = ["model", "approach", "labels", "pretrained", "random init",
+              "difference [95% interval]", "verdict", "TF-IDF logreg", "naive Bayes"]
+    md = [[r["family"], APPROACH_NAMES[r["approach"]], f"{r['labels']:,}",
+           _mean(r["pretrained"]), _mean(r["random"]), _interval(r["paired"]),
+           VERDICTS[r["paired"].verdict], f"{r['bow_logreg']:.3f}", f"{r['bow_nb']:.3f}"]
+          for r in rows]
+    csv_rows = [[r["family"], r["approach"], str(r["labels"]),
+                 repr(statistics.fmean(r["pretrained"])), repr(statistics.fmean(r["random"])),
+                 repr(r["paired"].mean), repr(r["paired"].low), repr(r["paired"].high),
+                 repr(r["bow_logreg"]), repr(r["bow_nb"]), str(r["draws"])] for r in rows]
+    return header, md, CURVE_CSV, csv_rows
+
+
+def selection_rows(plan: Plan, root: pathlib.Path) -> list[list[str]]:
+    """Per fine-tuned (model, init, N): the rates chosen over the draws and their held-out
+    accuracies."""
+    chosen: dict[tuple, list[str]] = collections.defaultdict(list)
+    for p in sorted(plan.points, key=lambda p: p.draw):
+        path = root / p.workdir / "study.json"
+        if p.approach == "finetuned" and path.is_file():
+            r = _read(path)
+            chosen[(p.model, p.init, p.labels)].append(
+                f"{r['learning_rate']:g} ({r['heldout_accuracy']:.2f})")
+    return [[m, i, f"{n:,}", ", ".join(v)] for (m, i, n), v in sorted(chosen.items())]
 
 
 def _config(record: dict) -> Any:
@@ -89,167 +126,115 @@ def _config(record: dict) -> Any:
 
 
 def pretraining_rows(plan: Plan, root: pathlib.Path) -> list[dict[str, Any]]:
-    """Per pretraining model: budget and held-out scores, over its seeds."""
+    """Per pretraining model: budget and held-out score."""
     out = []
-    for model in dict.fromkeys(p.model for p in plan.pretraining):
-        runs = [p for p in plan.pretraining if p.model == model]
-        first = root / runs[0].workdir
-        record = json.loads((first / "model.json").read_text(encoding="utf-8"))
-        history = [json.loads(line) for line in (first / "metrics.jsonl").read_text(
+    for run in plan.pretraining:
+        workdir = root / run.workdir
+        record = _read(workdir / "model.json")
+        history = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text(
             encoding="utf-8").splitlines() if line.strip()]
         seq = int(history[-1].get("seq_length", 0))
         batch = int(record["data"]["batch_size"])
-        kind = "bert_ltr" if record.get("objective") == "bert_ltr_pretraining" else runs[0].family
-        flops = training_flops(kind, _config(record), batch, seq, runs[0].steps)
-        scores = [json.loads((root / p.workdir / "heldout.json").read_text(encoding="utf-8"))
-                  for p in runs]
-        seconds = [json.loads((root / p.workdir / "study.json").read_text(
-            encoding="utf-8"))["seconds"] for p in runs]
-        row = {"model": model, "family": runs[0].family, "seeds": len(runs),
-               "steps": runs[0].steps, "batch": batch, "seq_length": seq,
-               "tflops": flops / 1e12, "seconds": statistics.mean(seconds),
-               "target": scores[0]["target"], "scored": "accuracy" in scores[0]}
+        kind = "bert_ltr" if record.get("objective") == "bert_ltr_pretraining" else run.family
+        score = _read(workdir / "heldout.json")
+        row = {"model": run.model, "family": run.family, "steps": run.steps, "batch": batch,
+               "seq_length": seq, "vocab": record["tokenizer"]["vocab_size"],
+               "tflops": training_flops(kind, _config(record), batch, seq, run.steps) / 1e12,
+               "seconds": _read(workdir / "study.json")["seconds"],
+               "target": score["target"], "scored": "accuracy" in score}
         if row["scored"]:
-            row.update(accuracy=_spread([s["accuracy"] for s in scores]),
-                       unigram_accuracy=scores[0]["unigram_accuracy"],
-                       loss=_spread([s["loss"] for s in scores]),
-                       unigram_loss=scores[0]["unigram_loss"],
-                       unigram_token=scores[0]["unigram_token"])
+            row.update({k: score[k] for k in ("accuracy", "unigram_accuracy", "loss",
+                                              "unigram_loss", "unigram_token")})
         out.append(row)
     return out
 
 
-def _scores(r: dict[str, Any]) -> list[str]:
-    """The held-out columns of a pretraining row ("-" where the model was not scored)."""
-    if not r["scored"]:
-        return ["-"] * 6
-    return [r["accuracy"].text(3), f"{r['unigram_accuracy']:.3f}", r["loss"].text(2),
-            f"{r['unigram_loss']:.2f}", f"{math.exp(r['loss'].mean):.1f}",
-            f"{math.exp(r['unigram_loss']):.1f}"]
-
-
 def pretraining_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]],
                                                            list[str], list[list[str]]]:
-    header = ["model", "family", "seeds", "steps", "batch x length", "TFLOPs", "wall s (mean)",
-              "held-out target", "accuracy", "unigram accuracy", "loss (nats)", "unigram loss",
-              "perplexity", "unigram perplexity"]
-    md = [[r["model"], r["family"], str(r["seeds"]), str(r["steps"]),
-           f"{r['batch']} x {r['seq_length']}", f"{r['tflops']:.2f}", f"{r['seconds']:.0f}",
-           r["target"], *_scores(r)] for r in rows]
-    csv_header = ["model", "family", "seeds", "steps", "batch", "seq_length", "tflops",
-                  "seconds", "accuracy_mean", "accuracy_std", "unigram_accuracy", "loss_mean",
-                  "loss_std", "unigram_loss", "unigram_token"]
-    csv_rows = [[r["model"], r["family"], str(r["seeds"]), str(r["steps"]), str(r["batch"]),
-                 str(r["seq_length"]), repr(r["tflops"]), repr(r["seconds"]),
-                 *([repr(r["accuracy"].mean), repr(r["accuracy"].std),
-                    repr(r["unigram_accuracy"]), repr(r["loss"].mean), repr(r["loss"].std),
-                    repr(r["unigram_loss"]), r["unigram_token"]] if r["scored"] else [""] * 7)]
+    header = ["model", "family", "steps", "batch x length", "vocabulary", "TFLOPs", "wall s",
+              "held-out target", "accuracy", "unigram accuracy", "loss (nats)",
+              "unigram loss", "perplexity", "unigram perplexity"]
+
+    def scores(r: dict) -> list[str]:
+        if not r["scored"]:
+            return ["-"] * 6
+        return [f"{r['accuracy']:.3f}", f"{r['unigram_accuracy']:.3f}", f"{r['loss']:.2f}",
+                f"{r['unigram_loss']:.2f}", f"{math.exp(r['loss']):.1f}",
+                f"{math.exp(r['unigram_loss']):.1f}"]
+
+    md = [[r["model"], r["family"], str(r["steps"]), f"{r['batch']} x {r['seq_length']}",
+           f"{r['vocab']:,}", f"{r['tflops']:.2f}", f"{r['seconds']:.0f}", r["target"],
+           *scores(r)] for r in rows]
+    csv_header = ["model", "family", "steps", "batch", "seq_length", "vocab", "tflops",
+                  "seconds", "accuracy", "unigram_accuracy", "loss", "unigram_loss"]
+    csv_rows = [[r["model"], r["family"], str(r["steps"]), str(r["batch"]),
+                 str(r["seq_length"]), str(r["vocab"]), repr(r["tflops"]), repr(r["seconds"]),
+                 *([repr(r[k]) for k in ("accuracy", "unigram_accuracy", "loss",
+                                         "unigram_loss")] if r["scored"] else [""] * 4)]
                 for r in rows]
     return header, md, csv_header, csv_rows
 
 
-def _size(plan: Plan, root: pathlib.Path, model: str) -> str:
-    """"L=2, H=128, A=2" of a BERT model, from its first pretraining run's model.json."""
-    run = next(p for p in plan.pretraining if p.model == model)
-    record = json.loads((root / run.workdir / "model.json").read_text(encoding="utf-8"))
-    t = record["config"]["transformer"]
-    return f"L={t['num_layers']}, H={t['hidden_size']}, A={t['num_heads']}"
-
-
-def ablation_table(plan: Plan, root: pathlib.Path, name: str,
-                   pretraining: dict[str, dict[str, Any]]
-                   ) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
-    """An ablation table: per row, AG News accuracy over seeds and its pretraining's held-out
-    score."""
-    spreads = cell_spreads(plan, root, "agnews")
-    header = ["row", "seeds", "AG News accuracy", "pretraining held-out", "accuracy",
-              "loss (nats)"]
-    csv_header = ["row", "cell", "seeds", "accuracy_mean", "accuracy_std",
-                  "pretrain_accuracy_mean", "pretrain_loss_mean"]
-    md, csv_rows = [], []
-    for row in plan.tables[name]:
-        spread = spreads[row.cell]
-        model, init = row.cell.split("-")[:2]
-        label = _size(plan, root, model) if name == "bert_table6" else row.label
-        p = pretraining.get(model) if init == "pretrained" else None
-        p = p if p and p["scored"] else None
-        md.append([label, str(spread.n), spread.text(3), p["target"] if p else "-",
-                   p["accuracy"].text(3) if p else "-", p["loss"].text(2) if p else "-"])
-        csv_rows.append([label, row.cell, str(spread.n), repr(spread.mean),
-                         repr(spread.std), repr(p["accuracy"].mean) if p else "",
-                         repr(p["loss"].mean) if p else ""])
-    return header, md, csv_header, csv_rows
-
-
 def polysemy_rows(root: pathlib.Path) -> list[dict[str, Any]]:
-    """Per family and init: the layers and each layer's separations over seeds."""
+    """Per family and init: the layers and each layer's separations."""
     out = []
     for family in ("elmo", "gpt", "bert"):
         for init in ("pretrained", "random"):
-            files = sorted((root / "senses" / f"{family}-{init}").glob("seed=*/senses.json"))
-            results = [json.loads(f.read_text(encoding="utf-8")) for f in files]
-            if not results:
-                continue
-            layers = results[0]["layers"]
-            out.append({"family": family, "init": init, "layers": layers, "seeds": len(results),
-                        "separation": [_spread([r["separation"][k] for r in results])
-                                       for k in range(len(layers))],
-                        "cue_before": [_spread([r["separation_cue_before"][k] for r in results])
-                                       for k in range(len(layers))]})
+            path = root / "senses" / f"{family}-{init}" / "senses.json"
+            if path.is_file():
+                out.append({"family": family, "init": init, **_read(path)})
     return out
 
 
 def polysemy_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]],
                                                         list[str], list[list[str]]]:
-    header = ["family", "init", "layer", "seeds", "separation (16 sentences)",
+    header = ["family", "init", "layer", "separation (16 sentences)",
               "separation (8, cue before the word)"]
-    csv_header = ["family", "init", "layer", "seeds", "separation_mean", "separation_std",
-                  "cue_before_mean", "cue_before_std"]
+    csv_header = ["family", "init", "layer", "separation", "cue_before"]
     md, csv_rows = [], []
     for r in rows:
         for k, layer in enumerate(r["layers"]):
-            sep, cue = r["separation"][k], r["cue_before"][k]
+            sep, cue = r["separation"][k], r["separation_cue_before"][k]
             name = f"{layer} (static)" if layer == "token" else layer
-            md.append([r["family"], r["init"], name, str(r["seeds"]), sep.text(3), cue.text(3)])
-            csv_rows.append([r["family"], r["init"], layer, str(r["seeds"]), repr(sep.mean),
-                             repr(sep.std), repr(cue.mean), repr(cue.std)])
+            md.append([r["family"], r["init"], name, f"{sep:.3f}", f"{cue:.3f}"])
+            csv_rows.append([r["family"], r["init"], layer, repr(sep), repr(cue)])
     return header, md, csv_header, csv_rows
 
 
 def write_table(out: pathlib.Path, name: str, header: list[str], rows: list[list[str]],
-                csv_header: list[str], csv_rows: list[list[str]], title: str) -> str:
+                csv_header: list[str] | None, csv_rows: list[list[str]] | None,
+                title: str) -> str:
     """name.md (a title line, then the table) and name.csv; the markdown."""
     text = f"{title}\n\n{markdown(header, rows)}"
     (out / f"{name}.md").write_text(text, encoding="utf-8")
-    (out / f"{name}.csv").write_text(csv_text(csv_header, csv_rows), encoding="utf-8")
+    if csv_header is not None:
+        (out / f"{name}.csv").write_text(csv_text(csv_header, csv_rows), encoding="utf-8")
     return text
 
 
-def write_report(plan: Plan, root: pathlib.Path, tasks: list[str]) -> list[str]:
+def write_report(plan: Plan, root: pathlib.Path) -> list[str]:
     """Every table and plot into root/report; the markdown texts, in order."""
     from families_study import plots
 
     out = root / "report"
     out.mkdir(parents=True, exist_ok=True)
-    texts = []
-    for task in tasks:
-        header, rows, csv_rows = families_table(plan, root, task)
-        texts.append(write_table(out, f"families_{task}", header, rows, FAMILIES_CSV, csv_rows,
-                                 f"Families on {TASK_NAMES[task]}: accuracy, mean ± std over "
-                                 "seeds"))
+    curve = curve_rows(plan, root)
+    texts = [write_table(out, "learning_curve", *curve_table(curve),
+                         title=f"AG News test accuracy (7,600 items) by labelled-set size: "
+                               f"means over {plan.draws} paired draws; pretrained minus random "
+                               "per draw with its 95% t interval")]
+    texts.append(write_table(out, "selection", ["model", "init", "labels",
+                                                "rate chosen per draw (held-out accuracy)"],
+                             selection_rows(plan, root), None, None,
+                             title="Fine-tuning rates chosen on each draw's held-out tenth"))
     pre = pretraining_rows(plan, root)
     texts.append(write_table(out, "pretraining", *pretraining_table(pre),
                              title="Pretraining: budget and held-out score against the unigram "
                                    "baseline (same held-out targets)"))
-    by_model = {r["model"]: r for r in pre}
-    for name in plan.tables:
-        texts.append(write_table(out, name, *ablation_table(plan, root, name, by_model),
-                                 title=f"{name}: AG News accuracy, mean ± std over seeds"))
     senses = polysemy_rows(root)
     if senses:
         texts.append(write_table(out, "polysemy", *polysemy_table(senses),
                                  title='Polysemy: sense separation of "bank" per layer '
                                        "(within-sense minus across-sense cosine; static = 0)"))
-    spreads = {task: cell_spreads(plan, root, task) for task in tasks}
-    plots.write_plots(plan, root, out, spreads, pre, senses)
+    plots.write_plots(plan, root, out, curve, pre, senses)
     return texts

@@ -1,9 +1,11 @@
-"""The families study's wiring (scripts/families.py): the plan has every cell of every table
-with distinct seeds, the derived data are what docs/families.md says, the tables are
-recomputed from the runs' own files with spreads over their seeds, bad input is one line. The
-end-to-end tier runs the quick study whole and compiles the larger BERT for its TPU target.
-No test asserts a research result."""
+"""The families study's wiring (scripts/families.py): the plan has every point of the
+learning curve, paired across inits and baselines; the draws are stratified and disjoint from
+their held-out tenth; the paired interval is Student's t; the tables are recomputed from the
+runs' own files; a killed study resumes; bad input is one line. The end-to-end tier runs the
+quick study whole and compiles the larger BERT for its TPU target. No test asserts a research
+result."""
 
+import collections
 import json
 import math
 import pathlib
@@ -20,9 +22,11 @@ sys.path.insert(0, str(REPO / "scripts"))
 from families_study import data as data_lib  # noqa: E402
 from families_study import tables  # noqa: E402
 from families_study.config import load_study  # noqa: E402
+from families_study.draws import make_draw  # noqa: E402
 from families_study.execute import compile_command, train_command  # noqa: E402
 from families_study.flops import training_flops  # noqa: E402
 from families_study.plan import make_plan  # noqa: E402
+from families_study.stats import paired  # noqa: E402
 
 from tests.process_env import process_env  # noqa: E402
 
@@ -34,66 +38,75 @@ def script(*args, timeout=600):
                           env=process_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def test_plan_has_every_cell_and_distinct_seeds():
+def test_plan_pairs_every_point_and_baseline():
     study = load_study(CPU)
     plan = make_plan(study)
-    for task in ("agnews", "qnli5"):
-        cells = [d for d in plan.downstream if d.task == task and d.variant == ""
-                 and d.model in ("bert", "gpt", "elmo")]
-        assert len(cells) == 3 * 2 * 2 * study.seeds  # family x init x approach x seed
-        assert {d.seed for d in cells} == set(range(study.seeds))
-    assert len({d.workdir for d in plan.downstream}) == len(plan.downstream)
-    assert {name: len(rows) for name, rows in plan.tables.items()} == {
-        "bert_table5": 4, "bert_table6": 3, "gpt_table5": 3, "elmo_table2": 3}
-    pretrained = {p.workdir for p in plan.pretraining}
-    assert all(d.pretraining.workdir in pretrained for d in plan.downstream)
-    # the families' models pretrain once per seed, each with its own seed
-    seeds = {p.seed for p in plan.pretraining if p.model == "gpt"}
-    assert seeds == {0, 1, 2}
-    commands = {p.seed: train_command(p, pathlib.Path("/r"), data_lib.StudyData(
-        *(pathlib.Path(f"/d/{i}") for i in range(6)))) for p in plan.pretraining
-        if p.model == "gpt"}
-    assert {c for cmd in commands.values() for c in cmd if c.startswith("--gin.SEED=")} == {
-        "--gin.SEED=0", "--gin.SEED=1", "--gin.SEED=2"}
-    assert all("--gin.NUM_STEPS=400" in cmd and "--gin.CORPUS='/d/0'" in cmd
-               for cmd in commands.values())
-    # an ablation's single pretraining serves its downstream seeds, which still differ
-    nsp = [d for d in plan.downstream if d.model == "bert_nsp"]
-    assert {d.seed for d in nsp} == {0, 1, 2} and {d.pretraining.seed for d in nsp} == {0}
-    # shared runs run once: Table 5's No NSP row is the families table's BERT
-    assert plan.tables["bert_table5"][1].cell == "bert-pretrained-finetuned"
+    assert [p.model for p in plan.pretraining] == ["bert", "bert_ltr", "gpt", "elmo"]
+    assert plan.labels == (100, 400, 1600, 4000) and plan.draws == 3
+    arms = collections.Counter((p.model, p.approach, p.labels, p.draw) for p in plan.points)
+    assert set(arms.values()) == {2}  # every point has its twin: pretrained and random
+    assert {(p.model, p.init) for p in plan.points} >= {("elmo", "random"), ("gpt", "random")}
+    for model in ("bert", "bert_ltr", "gpt", "elmo"):  # probed at every size
+        assert {p.labels for p in plan.points if p.model == model
+                and p.approach == "features"} == set(plan.labels)
+    assert {p.labels for p in plan.points if p.model == "elmo"
+            and p.approach == "finetuned"} == {400}  # its task model at 400 only
+    assert len({p.workdir for p in plan.points}) == len(plan.points)
+    assert {(b.kind, b.labels, b.draw) for b in plan.baselines} == {
+        (k, n, d) for k in ("tfidf_logreg", "naive_bayes") for n in plan.labels
+        for d in range(3)}
+    commands = {p.model: train_command(p, pathlib.Path("/r"), data_lib.StudyData(
+        *(pathlib.Path(f"/d/{i}") for i in range(4)))) for p in plan.pretraining}
+    assert "--gin.NUM_STEPS=1600" in commands["bert"] and "--gin.CORPUS='/d/0'" in commands["gpt"]
+    assert all("--gin.SEED=0" in c for c in commands.values())
+
+
+def test_draws_are_stratified_paired_and_hold_out_a_tenth():
+    labels = [c for c in "ABCD" for _ in range(1000)]
+    for size in (100, 400, 1600):
+        draws = [make_draw(labels, size, d) for d in range(3)]
+        for draw in draws:
+            rows = draw.rows
+            assert len(rows) == len(set(rows)) == size
+            assert collections.Counter(labels[i] for i in rows) == {c: size // 4 for c in "ABCD"}
+            assert not set(draw.train) & set(draw.selection)
+            assert len(draw.selection) == size // 10
+            assert set(labels[i] for i in draw.selection) == set("ABCD")
+        assert len({d.rows for d in draws}) == 3  # draws differ
+        assert make_draw(labels, size, 1) == draws[1]  # and are reproducible
+    whole = make_draw(labels, 4000, 0)
+    assert whole.rows == tuple(range(4000))
+    with pytest.raises(ValueError, match="at most the training rows"):
+        make_draw(labels, 4001, 0)
+
+
+def test_paired_interval_is_students_t():
+    result = paired([0.70, 0.74, 0.66], [0.50, 0.52, 0.51])
+    diffs = np.array([0.20, 0.22, 0.15])
+    half = 4.302652729911275 * diffs.std(ddof=1) / math.sqrt(3)  # t(0.975, 2)
+    assert result.mean == pytest.approx(diffs.mean())
+    assert (result.low, result.high) == pytest.approx((diffs.mean() - half, diffs.mean() + half))
+    assert result.verdict == "better"
+    assert paired([0.5, 0.6], [0.6, 0.5]).verdict == "not shown"
+    assert paired([0.5, 0.5, 0.5], [0.6, 0.61, 0.62]).verdict == "worse"
+    assert paired([0.7], [0.5]).verdict == "one draw"
 
 
 def test_dry_run_and_bad_input_are_one_line(tmp_path):
     result = script("--dry_run")
-    assert result.returncode == 0 and result.stdout.startswith("13 pretraining runs, ")
+    assert result.returncode == 0 and result.stdout.startswith("4 pretraining runs, ")
+    assert "at 100 labels" in result.stdout and "tfidf_logreg" in result.stdout
     for args, message in [(("--study=nope.gin",), "does not exist"),
-                          (("--dry_run", "--gin=families_study.seeds = 0"), "at least one seed"),
-                          (("--dry_run", "--gin=families_study.tasks = ['squad']"),
-                           "unknown tables or tasks")]:
+                          (("--dry_run", "--gin=families_study.draws = 0"), "draw at least"),
+                          (("--dry_run", "--gin=families_study.labels = (5,)"), "outside"),
+                          (("--dry_run", "--gin=families_study.probed = ['x']"),
+                           "not in families_study.models")]:
         result = script(f"--root={tmp_path}", *args)
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and message in result.stderr
-    result = script(f"--root={tmp_path}", "--data=/nonexistent", "--gin=families_study.seeds=1")
+    result = script(f"--root={tmp_path}", "--data=/nonexistent")
     assert result.returncode == 2 and "missing" in result.stderr and "--data" in result.stderr
     assert not (tmp_path / "pretrain").exists()
-
-
-SQUAD = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [
-    {"context": f"Alpha {p} is here. The answer {p} lies in Rome. A third sentence {p} ends.",
-     "qas": [{"id": f"q{p}", "question": f"Where is answer {p}?", "is_impossible": False,
-              "answers": [{"text": "Rome", "answer_start": 36 + 2 * len(str(p))}]},
-             {"id": f"u{p}", "question": "Unanswerable?", "is_impossible": True,
-              "answers": []}]} for p in range(6)]}]}
-
-
-def test_qnli_pairs_from_squad():
-    train, dev = data_lib.qnli_pairs(SQUAD)
-    assert (len(train), len(dev)) == (8, 4)  # paragraphs 2 and 5 are dev; 2 pairs each
-    for _, sentence, label in train + dev:
-        assert ("Rome" in sentence) == (label == "entailment")
-    assert [y for _, _, y in train].count("entailment") == 4
-    assert data_lib.qnli_pairs(SQUAD) == (train, dev)
 
 
 def test_corpus_split_holds_out_every_20th_item():
@@ -114,10 +127,9 @@ def test_flops_count():
     assert training_flops("gpt", bert, 64, 64, 1) > per_step
 
 
-def fake_study(root: pathlib.Path, seeds: int = 2):
-    """A quick study's plan with files written as its runs would, accuracies chosen here."""
-    study = load_study("configs/studies/families_quick.gin",
-                       [f"families_study.seeds = {seeds}"])
+def fake_study(root: pathlib.Path, draws: int = 3):
+    """The CPU study's plan with files written as its runs would, accuracies chosen here."""
+    study = load_study(CPU, [f"families_study.draws = {draws}"])
     plan = make_plan(study)
     transformer = {"hidden_size": 32, "mlp_dim": 64, "num_layers": 2, "num_heads": 2}
     elmo = {"char_filters": [[1, 4]], "max_chars": 50, "char_embed_dim": 4, "num_highway": 1,
@@ -126,32 +138,31 @@ def fake_study(root: pathlib.Path, seeds: int = 2):
         w = root / p.workdir
         w.mkdir(parents=True)
         config = elmo if p.family == "elmo" else {"vocab_size": 64, "transformer": transformer}
-        (w / "model.json").write_text(json.dumps({"config": config, "data": {"batch_size": 8},
-                                                  "objective": "x"}))
+        (w / "model.json").write_text(json.dumps({
+            "config": config, "data": {"batch_size": 8}, "objective": "x",
+            "tokenizer": {"vocab_size": 64}}))
         (w / "metrics.jsonl").write_text("".join(json.dumps(
             {"step": s, "loss": 5.0 - s / 10, "mlm_loss": 5.0, "seq_length": 16}) + "\n"
             for s in (1, 2)))
         (w / "heldout.json").write_text(json.dumps(
-            {"target": "t", "accuracy": 0.1 + p.seed / 100, "loss": 4.0, "unigram_accuracy": 0.05,
+            {"target": "t", "accuracy": 0.1, "loss": 4.0, "unigram_accuracy": 0.05,
              "unigram_loss": 5.0, "unigram_token": "the"}))
         (w / "study.json").write_text(json.dumps({"seconds": 10.0}))
     rng = np.random.default_rng(0)
     accuracy = {}
-    for d in plan.downstream:
-        w = root / d.workdir
-        w.mkdir(parents=True)
-        accuracy[d.workdir] = float(rng.uniform(0.25, 0.9))
-        (w / "metrics.jsonl").write_text(json.dumps({"step": 4, "loss": 1.0}) + "\n")
-        final = {"accuracy": accuracy[d.workdir]}
-        (w / "eval_results.json").write_text(json.dumps({"best": final, "final": final}))
+    for point in [*plan.points, *plan.baselines]:
+        accuracy[point.workdir] = float(rng.uniform(0.25, 0.9))
+        record = {"accuracy": accuracy[point.workdir], "seconds": 1.0,
+                  "learning_rate": 3e-4, "heldout_accuracy": 0.5}
+        (root / point.workdir).mkdir(parents=True)
+        (root / point.workdir / "study.json").write_text(json.dumps(record))
     for family in ("bert", "gpt", "elmo"):
         for init in ("pretrained", "random"):
-            for seed in range(seeds):
-                w = root / "senses" / f"{family}-{init}" / f"seed={seed}"
-                w.mkdir(parents=True)
-                (w / "senses.json").write_text(json.dumps(
-                    {"layers": ["token", "layer 1"], "separation": [0.0, 0.1 * (seed + 1)],
-                     "separation_cue_before": [0.0, 0.2]}))
+            w = root / "senses" / f"{family}-{init}"
+            w.mkdir(parents=True)
+            (w / "senses.json").write_text(json.dumps(
+                {"layers": ["token", "layer 1"], "separation": [0.0, 0.1],
+                 "separation_cue_before": [0.0, 0.2]}))
     return plan, accuracy
 
 
@@ -164,71 +175,86 @@ def read_csv(path):
 
 def test_tables_are_recomputed_from_the_runs_files(tmp_path):
     plan, accuracy = fake_study(tmp_path)
-    tables.write_report(plan, tmp_path, ["agnews", "qnli5"])
-    rows = {(r["family"], r["approach"]): r
-            for r in read_csv(tmp_path / "report" / "families_agnews.csv")}
-    assert len(rows) == 6
-    for (family, approach), row in rows.items():
-        for init in ("pretrained", "random"):
-            values = [accuracy[f"runs/agnews/{family}-{init}-{approach}/seed={s}"]
-                      for s in range(2)]
-            assert float(row[f"{init}_mean"]) == pytest.approx(np.mean(values))
-            assert float(row[f"{init}_std"]) == pytest.approx(np.std(values, ddof=1))
-        gain = float(row["pretrained_mean"]) - float(row["random_mean"])
-        assert float(row["gain"]) == pytest.approx(gain)
-    senses = read_csv(tmp_path / "report" / "polysemy.csv")
-    assert float(senses[1]["separation_std"]) == pytest.approx(np.std([0.1, 0.2], ddof=1))
-    # change one run's file: the table follows it
-    run = tmp_path / "runs/agnews/gpt-random-features/seed=0/eval_results.json"
-    run.write_text(json.dumps({"final": {"accuracy": 0.0}}))
-    tables.write_report(plan, tmp_path, ["agnews"])
-    row = {r["family"] + r["approach"]: r for r in read_csv(
-        tmp_path / "report" / "families_agnews.csv")}["gptfeatures"]
-    expected = np.mean([0.0, accuracy["runs/agnews/gpt-random-features/seed=1"]])
+    tables.write_report(plan, tmp_path)
+    rows = read_csv(tmp_path / "report" / "learning_curve.csv")
+    assert list(rows[0]) == tables.CURVE_CSV
+    assert len(rows) == len(plan.rows()) == 4 * 4 + 2 * 4 + 2  # probes; BERT, GPT; LTR, ELMo
+    for row in rows:
+        n = int(row["labels"])
+        arms = {init: [accuracy[f"curve/{row['family']}-{row['approach']}/{init}/n={n}/"
+                                f"draw={d}"] for d in range(3)] for init in ("pretrained",
+                                                                            "random")}
+        diffs = np.subtract(arms["pretrained"], arms["random"])
+        half = 4.302652729911275 * diffs.std(ddof=1) / math.sqrt(3)
+        assert float(row["pretrained_mean"]) == pytest.approx(np.mean(arms["pretrained"]))
+        assert float(row["random_mean"]) == pytest.approx(np.mean(arms["random"]))
+        assert float(row["diff_mean"]) == pytest.approx(diffs.mean())
+        assert float(row["diff_ci_low"]) == pytest.approx(diffs.mean() - half)
+        assert float(row["diff_ci_high"]) == pytest.approx(diffs.mean() + half)
+        bow = np.mean([accuracy[f"curve/bow-tfidf_logreg/n={n}/draw={d}"] for d in range(3)])
+        assert float(row["bow_logreg"]) == pytest.approx(bow) and row["draws"] == "3"
+    # change one point's file: the table follows it
+    point = "curve/gpt-features/random/n=100/draw=0"
+    (tmp_path / point / "study.json").write_text(json.dumps({"accuracy": 0.0}))
+    tables.write_report(plan, tmp_path)
+    row = next(r for r in read_csv(tmp_path / "report" / "learning_curve.csv")
+               if (r["family"], r["approach"], r["labels"]) == ("gpt", "features", "100"))
+    expected = np.mean([0.0] + [accuracy[point.replace("draw=0", f"draw={d}")]
+                                for d in (1, 2)])
     assert float(row["random_mean"]) == pytest.approx(expected)
-    for name in ("bert_table5", "bert_table6", "gpt_table5", "elmo_table2", "pretraining"):
-        assert (tmp_path / "report" / f"{name}.md").is_file()
+    for name in ("learning_curve.md", "selection.md", "pretraining.md", "polysemy.md"):
+        assert (tmp_path / "report" / name).is_file()
     pre = read_csv(tmp_path / "report" / "pretraining.csv")
-    assert float(pre[0]["accuracy_mean"]) == pytest.approx(0.105)  # seeds 0 and 1
     assert math.isclose(float(pre[0]["tflops"]) * 1e12, training_flops(
         "bert", tables._config(json.loads((tmp_path / plan.pretraining[0].workdir /
-                                           "model.json").read_text())), 8, 16, 6))
+                                           "model.json").read_text())), 8, 16, 1600))
+    # a row with an unfinished draw is left out, not computed from fewer draws
+    (tmp_path / point / "study.json").unlink()
+    tables.write_report(plan, tmp_path)
+    assert len(read_csv(tmp_path / "report" / "learning_curve.csv")) == len(rows) - 1
 
 
 def test_a_killed_study_resumes_where_it_stopped(tmp_path, monkeypatch):
-    """Re-running skips every run whose study.json (written last) is there and runs the rest,
-    a run whose workdir exists without that marker (killed mid-run) included."""
-    from families_study import downstream, execute, senses
+    """Re-running skips every point whose study.json (written last) is there and runs the
+    rest, a point whose workdir exists without that record (killed mid-run) included."""
+    from families_study import curve, execute, senses
 
-    plan, _ = fake_study(tmp_path)
+    plan, _ = fake_study(tmp_path, draws=1)
+    everything = [*plan.baselines, *plan.points]
     finished = set()
-    for n, d in enumerate(plan.downstream):
-        if n % 3 == 0:  # every third run finished; the others were killed after writing files
-            (tmp_path / d.workdir / downstream.DONE).write_text(
-                json.dumps({"results": {"accuracy": 0.5}, "seconds": 1.0}))
-            finished.add(d.workdir)
+    for n, point in enumerate(everything):
+        if n % 3:  # every third point was killed after writing other files
+            (tmp_path / point.workdir / "study.json").unlink()
+        else:
+            finished.add(point.workdir)
     calls = []
 
-    def fake_run(job, study, init, data, workdir):
-        calls.append(job.workdir)
-        return {"accuracy": 0.5}
+    def fake(kind):
+        def run(*args, **kwargs):
+            calls.append(kind)
+            return {"accuracy": 0.5}
+        return run
 
-    def no_process(*args, **kwargs):
-        raise AssertionError("a finished pretraining run was started again")
-
-    monkeypatch.setattr(downstream, "_finetune", fake_run)
-    monkeypatch.setattr(downstream, "_features", fake_run)
+    monkeypatch.setattr(curve, "fine_tuned", fake("finetuned"))
+    monkeypatch.setattr(curve, "cached_features", fake("features"))
+    monkeypatch.setattr(curve, "probed", fake("probe"))
+    monkeypatch.setattr(curve, "bag_of_words", fake("bow"))
+    monkeypatch.setattr(execute, "_draw", lambda *args: None)
     monkeypatch.setattr(senses, "run_senses", lambda *args: calls.append("senses"))
-    monkeypatch.setattr(execute.subprocess, "run", no_process)
+    monkeypatch.setattr(execute.subprocess, "run", lambda *a, **k: pytest.fail(
+        "a finished pretraining run was started again"))
     monkeypatch.setattr(execute, "use_compilation_cache", lambda root: None)
-    study = load_study("configs/studies/families_quick.gin", ["families_study.seeds = 2"])
-    data = data_lib.StudyData(*(tmp_path / f"d{i}" for i in range(6)))
+    study = load_study(CPU, ["families_study.draws = 1"])
+    data = data_lib.StudyData(*(tmp_path / f"d{i}" for i in range(4)))
     logged = []
     execute.execute(plan, study, tmp_path, data, logged.append)
-    expected = [d.workdir for d in plan.downstream if d.workdir not in finished]
-    assert [c for c in calls if c != "senses"] == expected and finished
-    assert [m.split(": ")[1] for m in logged if m.startswith("downstream")] == expected
-    assert all((tmp_path / w / downstream.DONE).is_file() for w in expected)
+    todo = [p for p in everything if p.workdir not in finished]
+    kinds = collections.Counter("bow" if not hasattr(p, "approach") else p.approach
+                                for p in todo)
+    assert collections.Counter(c for c in calls if c != "senses") == {
+        "bow": kinds["bow"], "finetuned": kinds["finetuned"], "features": kinds["features"],
+        "probe": kinds["features"]}
+    assert all((tmp_path / p.workdir / "study.json").is_file() for p in everything)
     calls.clear()
     execute.execute(plan, study, tmp_path, data, logged.append)
     assert [c for c in calls if c != "senses"] == []
@@ -236,34 +262,38 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path, monkeypatch):
 
 @pytest.mark.e2e
 def test_quick_study_end_to_end(tmp_path):
-    """Every cell runs and writes its files; the table holds the runs' own accuracies; a second
-    run of the same command reruns nothing and recomputes the report identically from them."""
+    """Every point runs and writes its record; the learning-curve table holds the points' own
+    accuracies; a second run of the same command reruns nothing and recomputes the report
+    identically from the files."""
     root = tmp_path / "study"
-    result = script(f"--root={root}", "--quick", "--jobs=2", timeout=900)
+    result = script(f"--root={root}", "--quick", "--jobs=2", timeout=1500)
     assert result.returncode == 0, result.stderr[-3000:]
     plan = make_plan(load_study("configs/studies/families_quick.gin"))
-    for d in plan.downstream:
-        results = json.loads((root / d.workdir / "eval_results.json").read_text())
-        assert 0.0 <= results["final"]["accuracy"] <= 1.0, d.workdir
-    for p in plan.pretraining:
-        scored = json.loads((root / p.workdir / "heldout.json").read_text())
-        assert p.model == "bert_ltr" or 0.0 <= scored["unigram_accuracy"] <= 1.0
+    for point in [*plan.points, *plan.baselines]:
+        record = json.loads((root / point.workdir / "study.json").read_text())
+        assert 0.0 <= record["accuracy"] <= 1.0, point.workdir
+    for point in plan.points:
+        if point.approach == "finetuned":  # one run per rate; only the chosen keeps weights
+            record = json.loads((root / point.workdir / "study.json").read_text())
+            kept = [t for t in record["trials"]
+                    if (root / point.workdir / t / "checkpoints").is_dir()]
+            assert kept == [f"lr={record['learning_rate']:g}"], point.workdir
     report = root / "report"
     names = sorted(path.name for path in report.iterdir())
-    assert {"families_agnews.md", "families_qnli5.csv", "polysemy.csv", "curves.png",
-            "families.png", "polysemy.png", "gpt_table5.md"} <= set(names)
-    for row in read_csv(report / "families_agnews.csv"):  # the table reads the runs' files
+    assert {"learning_curve.md", "learning_curve.csv", "learning_curve.png", "pretraining.csv",
+            "selection.md", "curves.png", "polysemy.csv", "polysemy.png"} <= set(names)
+    for row in read_csv(report / "learning_curve.csv"):  # the table reads the points' files
         for init in ("pretrained", "random"):
-            run = root / f"runs/agnews/{row['family']}-{init}-{row['approach']}/seed=0"
-            final = json.loads((run / "eval_results.json").read_text())["final"]
-            assert float(row[f"{init}_mean"]) == pytest.approx(final["accuracy"], rel=1e-12)
-            assert float(row[f"{init}_std"]) == 0.0  # one seed
+            values = [json.loads((root / f"curve/{row['family']}-{row['approach']}/{init}/"
+                                          f"n={row['labels']}/draw={d}/study.json"
+                                  ).read_text())["accuracy"] for d in range(2)]
+            assert float(row[f"{init}_mean"]) == pytest.approx(np.mean(values), rel=1e-12)
     before = {name: (report / name).read_bytes() for name in names if name.endswith(".csv")}
     shutil.rmtree(report)
     again = script(f"--root={root}", "--quick")  # resumes: every run finished, none runs again
     assert again.returncode == 0, again.stderr[-2000:]
     ran = [line for line in again.stdout.splitlines()
-           if any(f"] {step} " in line for step in ("pretrain", "downstream", "senses"))]
+           if any(f"] {step} " in line for step in ("pretrain", "probe", "fine-tune", "senses"))]
     assert ran == []
     assert {name: (report / name).read_bytes() for name in before} == before
 
