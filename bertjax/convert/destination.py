@@ -83,17 +83,12 @@ def _self_and_parents(path: files.Path) -> Iterator[files.Path]:
 
 
 def find_workdir(root: files.Path) -> files.Path | None:
-    """A bertjax workdir at or under `root` (the first found), else None."""
-    if files.is_remote(root):
-        for marker in (workdir_lib.RECORD, "lease.json"):
-            found = next(iter(root.glob(f"**/{marker}")), None)
-            if found is not None:
-                return found.parent
-        return None
-    for directory, subdirectories, _ in os.walk(root):
-        if workdir_lib.is_workdir(files.as_path(directory)):
-            return files.as_path(directory)
-        subdirectories[:] = [d for d in subdirectories if not d.startswith(".")]
+    """A bertjax workdir at or under `root` (the first found), else None: one listing per
+    directory, local or on object storage (files.walk), hidden folders skipped."""
+    for directory, folders, names in files.walk(root):
+        if workdir_lib.lists_workdir(names, folders):
+            return directory
+        folders[:] = [d for d in folders if not d.startswith(".")]
     return None
 
 

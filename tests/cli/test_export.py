@@ -360,6 +360,61 @@ def test_export_to_gs_goes_to_the_bucket_not_the_current_directory(
         local / "model.safetensors").read_bytes()
 
 
+def test_overwrite_onto_a_gs_folder_looks_for_runs_in_the_bucket(
+        bert_run, gcs_bucket, tmp_path):  # noqa: F811 - the fixture
+    """--overwrite onto a non-empty gs:// folder searched it for a run with a recursive glob,
+    which etils refuses on object storage (a raw NotImplementedError): the search walks it."""
+    from bertjax import files
+
+    full = f"{gcs_bucket}/exports/full"
+    files.write_text(f"{full}/keep.txt", "mine")
+    result = run_tool("bertjax.cli.export", f"--checkpoint={bert_run}", f"--out={full}",
+                      "--overwrite", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert files.as_path(f"{full}/keep.txt").read_text() == "mine"
+    assert files.as_path(f"{full}/config.json").is_file()
+    holder = f"{gcs_bucket}/exports/holder"
+    files.write_text(f"{holder}/notes.txt", "mine")
+    files.write_text(f"{holder}/old/run/model.json", "{}")
+    result = run_tool("bertjax.cli.export", f"--checkpoint={bert_run}", f"--out={holder}",
+                      "--overwrite", cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert f"holds the bertjax run {holder}/old/run:" in lines[0]
+    assert sorted(p.name for p in files.as_path(holder).iterdir()) == ["notes.txt", "old"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_on_gs_exports_from_its_newest_or_named_checkpoint(
+        bert_run, gcs_bucket, tmp_path):  # noqa: F811 - the fixture
+    """A run stored on gs:// was said to hold no checkpoint (its path was made local), and
+    WORKDIR/checkpoints/STEP became ./gs:/...: both read the bucket now."""
+    from bertjax import files
+
+    run = f"{gcs_bucket}/runs/bert"
+    for path in bert_run.rglob("*"):
+        if path.is_file():
+            files.copy(path, f"{run}/{path.relative_to(bert_run)}")
+    local = exported(bert_run, tmp_path / "local")
+    for checkpoint in (run, f"{run}/checkpoints/2"):
+        out = tmp_path / checkpoint.rsplit("/", 1)[-1]
+        result = run_tool("bertjax.cli.export", f"--checkpoint={checkpoint}", f"--out={out}",
+                          cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"from {run} (step 2)" in result.stderr
+        assert (out / "model.safetensors").read_bytes() == (
+            local / "model.safetensors").read_bytes()
+        assert (out / "vocab.txt").read_bytes() == (bert_run / "vocab.txt").read_bytes()
+    assert not (tmp_path / "gs:").exists()
+    unfinished = tmp_path / "unfinished"  # a step directory without its state
+    (unfinished / "checkpoints" / "3").mkdir(parents=True)
+    (unfinished / "model.json").write_text((bert_run / "model.json").read_text())
+    result = export(f"--checkpoint={unfinished}/checkpoints/3", f"--out={tmp_path / 'x'}")
+    assert result.returncode == 2 and result.stderr.strip().endswith(
+        f"{unfinished}/checkpoints holds none; train for at least train.checkpoint_every "
+        "steps"), result.stderr
+
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 256 KiB tmpfs: an export of the test BERT does not fit (needs root)."""
