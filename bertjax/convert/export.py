@@ -324,7 +324,7 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
     with destination.staging(out) as staging:
         try:
             model, files_written = _write(trained, staging, format, family, dtype, encoder_only)
-            destination.place(staging, out, files_written)
+            destination.place(staging, out, files_written, overwrite, workdir)
         except (OSError, ValueError, RuntimeError, SafetensorError) as err:
             if not destination.is_no_space(err):
                 raise

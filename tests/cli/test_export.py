@@ -327,6 +327,35 @@ def test_out_in_or_around_a_run_is_refused_and_the_run_is_untouched(bert_run, pl
     assert tree_digest(bert_run.parent) == before
 
 
+def test_the_second_of_two_exports_to_one_new_out_is_refused(bert_run, gpt_run, tmp_path,
+                                                             monkeypatch):
+    """Two exports to one new --out at the same moment both passed the check of --out, and
+    the later one replaced the first one's files (a stray file of the other model left).
+    Interleaved here as they raced: the GPT export completes while the BERT export is about
+    to place its files; the BERT export then finds --out filled and is refused."""
+    from bertjax.convert import destination
+    from bertjax.convert import export as export_lib
+
+    out = tmp_path / "hf"
+    place = destination.place
+    raced = []
+
+    def racing_place(*args, **kwargs):
+        if not raced:  # the BERT export's call: the GPT export runs through, placing its own
+            raced.append(None)
+            raced[0] = export_lib.export(gpt_run, out)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(destination, "place", racing_place)
+    result = export(f"--checkpoint={bert_run}", f"--out={out}")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith(f"bertjax-export: error: --out={out} is not empty"), lines
+    assert sorted(p.name for p in out.iterdir()) == sorted(raced[0].files)
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["GPT2LMHeadModel"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no staging folder left
+
+
 def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next(bert_run, tmp_path):
     import subprocess
 
