@@ -79,6 +79,23 @@ def test_dry_run_and_bad_input_are_one_line(tmp_path):
     assert not (tmp_path / "pretrain").exists()
 
 
+def test_a_root_that_is_a_file_or_holds_no_runs_is_one_line_and_writes_nothing(tmp_path):
+    """--root=FILE was a raw NotADirectoryError; --report_only on a root without runs a raw
+    RunError, after it had written data/ and report/ there."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, message in [((f"--root={notes}",), f"--root={notes} is a file: "),
+                          ((f"--root={notes}/study",), f"lies under the file {notes}: "),
+                          ((f"--root={empty}", "--report_only", "--quick"),
+                           f"--report_only: {empty} holds none of the study's ")]:
+        result = script(*args)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+    assert notes.read_text() == "mine" and list(empty.iterdir()) == []
+
+
 SQUAD = {"version": "v2.0", "data": [{"title": "T", "paragraphs": [
     {"context": f"Alpha {p} is here. The answer {p} lies in Rome. A third sentence {p} ends.",
      "qas": [{"id": f"q{p}", "question": f"Where is answer {p}?", "is_impossible": False,
