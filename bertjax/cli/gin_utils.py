@@ -1,5 +1,5 @@
-"""Gin at the edge: config file lookup, `--gin.NAME=VALUE` flags, and
-one-line errors for bad syntax and for bindings nothing reads."""
+"""Gin at the edge: config file lookup, `--gin.NAME=VALUE` flags, and one-line errors for
+bad syntax, for values of another type than their setting's and for bindings nothing reads."""
 
 import dataclasses
 import difflib
@@ -200,7 +200,7 @@ def _fix(setting: str, value: Any, kind: _Kind) -> str:
     return f"set {setting} to {kind.words}, unquoted"
 
 
-def check_types(keyword_settings: Mapping[str, Mapping[str, Any]] = {}) -> None:  # noqa: B006
+def check_types(keyword_settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Raise a ConfigError naming the first binding of a numeric or on/off setting whose value
     is of another type (`NUM_STEPS = 'abc'`, `finetune.epochs = '3'`, a whole number given as
     2.5 or None): such a value would otherwise fail deep inside the run, or after the workdir
@@ -210,7 +210,7 @@ def check_types(keyword_settings: Mapping[str, Mapping[str, Any]] = {}) -> None:
     for (scope, selector), params in gin.config._CONFIG.items():
         if selector == "gin.macro":
             continue
-        kinds = _setting_kinds(selector, keyword_settings)
+        kinds = _setting_kinds(selector, keyword_settings or {})
         for param, bound in params.items():
             kind = kinds.get(param)
             value, macro = _macro_value(bound)
