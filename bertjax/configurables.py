@@ -8,7 +8,7 @@ import gin
 from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.data.elmo.source import ElmoSource
 from bertjax.data.gpt.source import LmPretrainingSource
-from bertjax.finetune.recipe import finetune
+from bertjax.finetune.recipe import finetune, setting_types
 from bertjax.models.bert import bert_config
 from bertjax.models.elmo import elmo_config
 from bertjax.models.gpt import gpt_config
@@ -22,6 +22,10 @@ from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
 MODULE = "bertjax"
+# the types of settings a configurable takes as **kwargs, which its signature cannot show:
+# gin values are checked against them as against the other configurables' type hints
+# (bertjax.cli.gin_utils.check_types)
+KEYWORD_SETTINGS = {"finetune": setting_types()}
 
 # shared: the run, the mesh, the optimizers, the TPU slice bertjax-compile targets
 gin.external_configurable(Experiment, "train", module=MODULE)

@@ -117,6 +117,22 @@ def absolute(path: str | os.PathLike) -> Path:
     return path if is_remote(path) else Path(os.path.abspath(path))
 
 
+def walk(root: str | os.PathLike) -> Iterator[tuple[Path, list[str], list[str]]]:
+    """(directory, its folders, its files) for `root` and every directory under it, top down,
+    local or on object storage, one listing per directory; prune the walk by editing the
+    folder list in place (as os.walk). etils' own walk yields object-store directories
+    without their scheme (bucket/dir, a local path); these keep it."""
+    root = as_path(root)
+    if not is_remote(root):
+        for directory, folders, names in os.walk(root):
+            yield Path(directory), folders, names
+        return
+    top = os.fspath(root).split("://", 1)[1].rstrip("/")
+    for directory, folders, names in root.walk():
+        below = os.fspath(directory)[len(top):].strip("/")
+        yield (root / below if below else root), folders, names
+
+
 def filesystem(path: str | os.PathLike):  # noqa: ANN201 - an fsspec filesystem
     """The fsspec filesystem behind an object-store path, the very instance epath uses (for
     what paths do not offer: create-only writes, dropping cached listings)."""

@@ -101,6 +101,29 @@ def publish(root: pathlib.Path, target: pathlib.Path) -> None:
             shutil.copy2(path, target / path.name)
 
 
+def check_root(given: str, root: pathlib.Path, plan: object, report_only: bool) -> str | None:
+    """Why --root cannot be used, in one line, or None: it is (or lies under) a file; with
+    --report_only, it lacks pretraining runs of the study, which every table reads (a curve
+    row whose points are missing is only left out of the table), checked before anything
+    is written under it."""
+    found = next((p for p in (root, *root.parents) if p.exists()), root)
+    if not found.is_dir():
+        where = "is a file" if found == root else f"lies under the file {found}"
+        return (f"--root={given} {where}: pass a directory (a new one, or a study's to resume "
+                "or report it)")
+    if not report_only:
+        return None
+    runs = [r.workdir for r in plan.pretraining]
+    missing = [run for run in runs if not (root / run).is_dir()]
+    if missing:
+        lacks = (f"holds none of the study's {len(runs)} pretraining runs"
+                 if len(missing) == len(runs) else
+                 f"lacks {len(missing)} of the study's {len(runs)} pretraining runs (first: "
+                 f"{missing[0]})")
+        return f"--report_only: {root} {lacks}: run the study without --report_only to make them"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     study_file = QUICK if args.quick else (args.study or DEFAULT)
@@ -122,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROGRAM}: error: {err}", file=sys.stderr)
             return 2
     root = pathlib.Path(args.root).resolve()
+    refused = check_root(args.root, root, plan, args.report_only)
+    if refused:
+        print(f"{PROGRAM}: error: {refused}", file=sys.stderr)
+        return 2
     shared = pathlib.Path(args.data or study.shared_data)
     shared = shared if shared.is_absolute() else (config_lib.REPO / shared).resolve()
     start = time.perf_counter()
@@ -134,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         from families_study.tables import write_report
 
         texts = write_report(plan, root)
-    except (data_lib.DataError, RuntimeError, FileNotFoundError) as err:
+    except (data_lib.DataError, RuntimeError, FileNotFoundError, ValueError) as err:
+        # ValueError: a run the tables read that is not complete (bertjax's RunError)
         print(f"{PROGRAM}: error: {err}", file=sys.stderr)
         return 2
     print("\n\n".join(texts))

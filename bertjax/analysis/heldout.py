@@ -10,9 +10,10 @@ bertjax.inference.fill_mask builds them), GPT's next tokens over the held-out do
 by <|endoftext|>, ELMo's next and previous words of each held-out sentence (both directions
 averaged). The unigram model is the training text's token (word) frequencies, tokenized the
 way the run tokenized it, add-one smoothed: its accuracy is that of always guessing the most
-frequent token, its loss what a model that ignores context at best achieves. Numbers are
-comparable within a family (the same targets), not across families (different tokenizers
-and targets).
+frequent token, its loss what a model that ignores context at best achieves. Both predict
+over the tokenizer's vocabulary, never the token table's rows past it
+(layers/embeddings.vocabulary_logits). Numbers are comparable within a family (the same
+targets), not across families (different tokenizers and targets).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from bertjax.data.source import load_documents
 from bertjax.finetune.pretrained import load_pretrained
 from bertjax.inference.elmo import ElmoEmbedder
 from bertjax.inference.fill_mask import MaskFiller, count_tokens
+from bertjax.layers.embeddings import vocabulary_logits
 from bertjax.models import gpt as gpt_model
 from bertjax.models.bert import BertForPreTraining
 from bertjax.models.elmo import ElmoBiLM
@@ -85,15 +87,17 @@ def _bert(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
     filler = MaskFiller.from_workdir(workdir)
     model = BertForPreTraining(filler.config)
     params = nn.unbox(filler.params)
+    size = filler.vocab.vocab_size
 
     @jax.jit
     def log_probs(batch: dict[str, Any]) -> Any:
         out = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
                           batch["input_mask"], batch["masked_lm_positions"])
-        return jax.nn.log_softmax(out["mlm_logits"].astype(jnp.float32), axis=-1)
+        logits = vocabulary_logits(out["mlm_logits"].astype(jnp.float32), size)
+        return jax.nn.log_softmax(logits, axis=-1)
 
     unigram = Unigram(count_tokens(filler.vocab.encode, load_documents(train), UNIGRAM_TOKENS),
-                      filler.config.vocab_size)
+                      size)
     correct, nll, targets = 0.0, 0.0, []
     for batch in filler.held_out_batches(heldout, batches=batches, batch_size=BATCH):
         logp_BxPxV = np.asarray(log_probs(batch))
@@ -121,10 +125,12 @@ def _gpt(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
     model = load_pretrained(workdir, "gpt")
     lm, params = gpt_model.GptLM(model.config), nn.unbox(model.params)
     L = model.config.max_position_embeddings
+    size = model.tokenizer.vocab_size
 
     @jax.jit
     def step(ids_BxL: Any, targets_BxL: Any) -> Any:
         logits = lm.apply({"params": params}, ids_BxL).astype(jnp.float32)
+        logits = vocabulary_logits(logits, size)
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets_BxL)
         return (logits.argmax(-1) == targets_BxL).sum(), nll.sum()
 
@@ -138,7 +144,7 @@ def _gpt(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
         correct, nll = correct + float(c), nll + float(n)
     counts = collections.Counter(_stream(model.tokenizer, itertools.islice(
         load_documents(train), UNIGRAM_TOKENS // 50)).tolist())
-    unigram = Unigram(counts, model.config.vocab_size)
+    unigram = Unigram(counts, size)
     u_acc, u_loss = unigram.score(gold.ravel())
     top = model.tokenizer.decode([unigram.top])
     return HeldOutScore("gpt", "next tokens", gold.size, correct / gold.size, nll / gold.size,
@@ -155,7 +161,8 @@ def _elmo(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
         out = bilm.apply({"params": params}, token_ids, char_ids, lengths, True)
         h_2xBxTxP = jnp.stack([out["forward"][-1], out["backward"][-1]])
         w_VxP, b_V = params["softmax_kernel"], params["softmax_bias"]
-        logits = jnp.einsum("dbtp,vp->dbtv", h_2xBxTxP, w_VxP) + b_V
+        logits = vocabulary_logits(jnp.einsum("dbtp,vp->dbtv", h_2xBxTxP, w_VxP) + b_V,
+                                   vocab.vocab_size)
         targets, weights = sentence_targets(token_ids, lengths)
         nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
         hits = (logits.argmax(-1) == targets) * weights
@@ -181,7 +188,7 @@ def _elmo(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
     counts = collections.Counter(
         i for s in itertools.islice(_sentences(train), UNIGRAM_TOKENS // 20)
         for i in vocab.token_ids([*tokenize(s, words), EOS]).tolist())
-    unigram = Unigram(counts, config.vocab_size)
+    unigram = Unigram(counts, vocab.vocab_size)
     u_acc, u_loss = unigram.score(np.asarray(gold))
     return HeldOutScore("elmo", "next and previous words", int(count), correct / count,
                         nll / count, u_acc, u_loss, vocab.tokens[unigram.top])

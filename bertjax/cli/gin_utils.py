@@ -1,9 +1,14 @@
-"""Gin at the edge: config file lookup, `--gin.NAME=VALUE` flags, and
-one-line errors for bad syntax and for bindings nothing reads."""
+"""Gin at the edge: config file lookup, `--gin.NAME=VALUE` flags, and one-line errors for
+bad syntax, for values of another type than their setting's and for bindings nothing reads."""
 
+import dataclasses
 import difflib
+import inspect
 import pathlib
 import tokenize
+import types
+import typing
+from collections.abc import Mapping
 from typing import Any
 
 import gin
@@ -80,7 +85,7 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
     Includes such as `include 'configs/models/bert_tiny.gin'` resolve against the working
     directory first, then bertjax's own configs.
     """
-    import bertjax.configurables  # noqa: F401, PLC0415 - registers every gin name; imported
+    import bertjax.configurables  # noqa: PLC0415 - registers every gin name; imported
     # here, not at the top, so a tool's --help and the tools that parse no gin file start
     # without the data modules (TensorFlow, seqio: several seconds)
     _use_bertjax_configs()
@@ -94,6 +99,128 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
             f"bad gin config ({first}): check the syntax and the spelling against configs/ and "
             "the configurable's arguments"
         ) from err
+    check_types(bertjax.configurables.KEYWORD_SETTINGS)
+
+
+# ---------------------------------------------------------------- the types of bound values
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """What a numeric (or on/off) setting takes: its Python types, whether None, in words."""
+
+    types: tuple[type, ...]
+    optional: bool
+    words: str
+
+    def fits(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if isinstance(value, bool):
+            return bool in self.types
+        return isinstance(value, self.types)
+
+
+_KINDS = {bool: ((bool,), "True or False"), int: ((int,), "a whole number"),
+          float: ((int, float), "a number")}
+
+
+def _kind(annotation: Any) -> _Kind | None:
+    """The kind of an `int`, `float` or `bool` annotation (`| None` allowed); None for others."""
+    members = (typing.get_args(annotation)
+               if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+               else (annotation,))
+    optional = type(None) in members
+    kinds = [m for m in members if m is not type(None)]
+    if len(kinds) != 1 or kinds[0] not in _KINDS:
+        return None
+    allowed, words = _KINDS[kinds[0]]
+    return _Kind(allowed, optional, f"{words} or None" if optional else words)
+
+
+def _setting_kinds(selector: str, keyword_settings: Mapping[str, Mapping[str, Any]]
+                   ) -> dict[str, _Kind]:
+    """{parameter: kind} of the configurable `selector`'s numeric and on/off parameters, from
+    its type hints (a class: its __init__'s) and, for settings it takes as **kwargs, from
+    `keyword_settings`."""
+    try:
+        configurable = gin.config._REGISTRY.get_match(selector)
+    except (KeyError, ValueError):
+        return {}
+    if configurable is None:
+        return {}
+    target = configurable.wrapped
+    target = target.__init__ if inspect.isclass(target) else target
+    try:
+        hints = dict(typing.get_type_hints(target))
+    except Exception:  # noqa: BLE001 - hints that do not resolve: nothing to check against
+        hints = {}
+    hints.update(keyword_settings.get(configurable.name, {}))
+    kinds = {name: _kind(hint) for name, hint in hints.items() if name != "return"}
+    return {name: kind for name, kind in kinds.items() if kind is not None}
+
+
+_UNBOUND = object()  # a macro no binding sets (gin names it when the run reads it)
+
+
+def _macro_value(value: Any) -> tuple[Any, str | None]:
+    """(the value a binding evaluates to, the macro it came through, if any), following
+    macros (`%NUM_STEPS`) to their values; other references are returned as they are."""
+    macro = None
+    for _ in range(100):  # a chain of macros; gin refuses cycles itself when called
+        key = getattr(value, "config_key", None)
+        if not (isinstance(key, tuple) and key[1:] == ("gin.macro",)):
+            break
+        macro = key[0]
+        value = gin.config._CONFIG.get(key, {}).get("value", _UNBOUND)
+    return value, macro
+
+
+def _plain(value: Any) -> bool:
+    """A value written in the gin file itself (not a reference, an unbound macro nor
+    %gin.REQUIRED)."""
+    return value is not _UNBOUND and not type(value).__module__.startswith("gin")
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, str):
+        return f"{value!r} (quoted text)"
+    return repr(value)
+
+
+def _fix(setting: str, value: Any, kind: _Kind) -> str:
+    """How to bind `setting` right: quoted text that reads as the kind, without its quotes."""
+    if isinstance(value, str):
+        try:
+            number = int(value) if kind.types == (int,) else float(value)
+        except ValueError:
+            number = None
+        if number is not None and kind.fits(number):
+            return f"write {setting} = {value.strip()}, without quotes"
+    return f"set {setting} to {kind.words}, unquoted"
+
+
+def check_types(keyword_settings: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+    """Raise a ConfigError naming the first binding of a numeric or on/off setting whose value
+    is of another type (`NUM_STEPS = 'abc'`, `finetune.epochs = '3'`, a whole number given as
+    2.5 or None): such a value would otherwise fail deep inside the run, or after the workdir
+    was made. The settings' types are the configurables' own type hints; `keyword_settings`
+    gives those of settings a configurable takes as **kwargs (configurable name -> {setting:
+    type}). Reads gin's private binding table (gin-config is pinned)."""
+    for (scope, selector), params in gin.config._CONFIG.items():
+        if selector == "gin.macro":
+            continue
+        kinds = _setting_kinds(selector, keyword_settings or {})
+        for param, bound in params.items():
+            kind = kinds.get(param)
+            value, macro = _macro_value(bound)
+            if kind is None or not _plain(value) or kind.fits(value):
+                continue
+            name = _display(scope, selector, param)
+            what = f"binding {name}" if macro is None else f"macro {macro}"
+            reader = "it" if macro is None else name
+            raise ConfigError(f"gin {what} is {_described(value)}, but {reader} takes "
+                              f"{kind.words}: {_fix(macro or name, value, kind)}")
 
 
 def _display(scope: str, selector: str, param: str) -> str:

@@ -7,6 +7,10 @@ An export never damages a run, nor anything else it did not write:
   files with exported ones, or a parent directory with an export, used to delete runs.
 * `--overwrite` replaces export's own files (the names it writes) and leaves every other
   file in `--out` as it was.
+* Exports that place their files at the same moment take turns (a lock on the local
+  directory that holds --out) and each checks --out again first: the second of two exports
+  to one new --out, without --overwrite, is refused rather than replacing the first one's
+  files.
 * The files are written whole into a staging directory first, then moved into place, so an
   export that fails (bad checkpoint, full disk, Ctrl-C) leaves `--out` as it was. Locally the
   staging directory lies beside `--out` (a rename, not a copy) and is named after the
@@ -17,6 +21,7 @@ An export never damages a run, nor anything else it did not write:
 
 import contextlib
 import errno
+import fcntl
 import os
 import pathlib
 import shutil
@@ -83,17 +88,12 @@ def _self_and_parents(path: files.Path) -> Iterator[files.Path]:
 
 
 def find_workdir(root: files.Path) -> files.Path | None:
-    """A bertjax workdir at or under `root` (the first found), else None."""
-    if files.is_remote(root):
-        for marker in (workdir_lib.RECORD, "lease.json"):
-            found = next(iter(root.glob(f"**/{marker}")), None)
-            if found is not None:
-                return found.parent
-        return None
-    for directory, subdirectories, _ in os.walk(root):
-        if workdir_lib.is_workdir(files.as_path(directory)):
-            return files.as_path(directory)
-        subdirectories[:] = [d for d in subdirectories if not d.startswith(".")]
+    """A bertjax workdir at or under `root` (the first found), else None: one listing per
+    directory, local or on object storage (files.walk), hidden folders skipped."""
+    for directory, folders, names in files.walk(root):
+        if workdir_lib.lists_workdir(names, folders):
+            return directory
+        folders[:] = [d for d in folders if not d.startswith(".")]
     return None
 
 
@@ -122,9 +122,35 @@ def remove_orphans(parent: pathlib.Path, name: str) -> None:
             shutil.rmtree(orphan, ignore_errors=True)
 
 
-def place(staged: pathlib.Path, out: files.Path, names: Sequence[str]) -> None:
+@contextlib.contextmanager
+def _placing(out: files.Path) -> Iterator[None]:
+    """One export at a time places its files beside `out`: an exclusive lock on the local
+    directory that holds it, held while the export checks `out` again and moves its files.
+    Object stores have no locks; there the check is repeated just before the uploads."""
+    if files.is_remote(out):
+        yield
+        return
+    parent = pathlib.Path(files.absolute(out)).parent
+    fd = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def place(staged: pathlib.Path, out: files.Path, names: Sequence[str], overwrite: bool,
+          workdir: files.Path) -> None:
     """Move the files `names` from `staged` into `out`, each replacing only its namesake,
-    with the permissions new files get (the staging directory is private)."""
+    with the permissions new files get (the staging directory is private). `out` is checked
+    again first (`check`), under a lock: another export may have filled a new `out` since
+    this one checked it, and without --overwrite it must not be replaced."""
+    with _placing(out):
+        check(out, overwrite, workdir)
+        _move(staged, out, names)
+
+
+def _move(staged: pathlib.Path, out: files.Path, names: Sequence[str]) -> None:
     umask = os.umask(0)
     os.umask(umask)
     for name in names:

@@ -187,9 +187,13 @@ def _bert_label_config(trained: Trained, kind: str) -> dict[str, Any]:
 
 
 def _bert_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, Callable]:
-    """(model class, tensors, config.json, tokenizer writer) of a BERT run."""
-    config, params = trained.config, trained.params
+    """(model class, tensors, config.json, tokenizer writer) of a BERT run; the token table
+    holds the vocabulary's rows only (hf_bert.cut_vocabulary)."""
     kind = _bert_kind(trained, encoder_only)
+    tokenizer = trained.tokenizer()
+    tokens = (trained.workdir / tokenizer["files"]["vocab"]).read_text(encoding="utf-8")
+    tokens = tokens.splitlines()
+    params, config = hf_bert.cut_vocabulary(trained.params, trained.config, len(tokens))
     if kind is None:
         architecture = "BertModel"
         tensors = hf_bert.bertjax_to_hf(params["bert"], config)
@@ -202,9 +206,6 @@ def _bert_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, 
         architecture = hf_bert.HEAD_CLASSES[kind][0]
         tensors = hf_bert.head_to_hf(params, config, kind)
         extra = _bert_label_config(trained, kind)
-    tokenizer = trained.tokenizer()
-    tokens = (trained.workdir / tokenizer["files"]["vocab"]).read_text(encoding="utf-8")
-    tokens = tokens.splitlines()
     if hf_tokenizer.BERT_SPECIALS["pad_token"] in tokens:
         extra["pad_token_id"] = tokens.index(hf_tokenizer.BERT_SPECIALS["pad_token"])
     try:
@@ -216,7 +217,7 @@ def _bert_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, 
         if tokenizer.get("kind") != "wordpiece":
             raise ExportError(f"{trained.workdir}: a BERT with a {tokenizer.get('kind')!r} "
                               "tokenizer: transformers' BERT tokenizer is WordPiece")
-        vocab = trained.workdir / tokenizer["files"]["vocab"]
+        vocab = files.local_copy(trained.workdir / tokenizer["files"]["vocab"])  # gs:// too
         return hf_tokenizer.write_wordpiece(out, vocab, tokenizer.get("lower_case", True),
                                             config.max_position_embeddings)
 
@@ -227,8 +228,13 @@ def _bert_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, 
 
 
 def _gpt_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, Callable]:
-    """(model class, tensors, config.json, tokenizer writer) of a GPT run."""
+    """(model class, tensors, config.json, tokenizer writer) of a GPT run; a pretrained GPT's
+    token table holds the vocabulary's rows only (hf_gpt.cut_vocabulary), a fine-tuned one's
+    also the task tokens after them."""
     config, params = trained.config, trained.params
+    tokenizer = trained.tokenizer()
+    names = tokenizer["files"]
+    vocab = json.loads((trained.workdir / names["vocab"]).read_text(encoding="utf-8"))
     task_tokens: tuple[str, ...] = ()
     if trained.fine_tuned:
         if not encoder_only:
@@ -236,14 +242,13 @@ def _gpt_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, C
                               f"({trained.objective}), which has no transformers counterpart: "
                               "export its GPT alone with --encoder_only")
         params, task_tokens = params["gpt"], GPT_TASK_TOKENS
+    else:
+        params, config = hf_gpt.cut_vocabulary(params, config, max(vocab.values()) + 1)
     tensors = hf_gpt.bertjax_to_hf(params, config, lm_head=not encoder_only)
     try:
         config_json = hf_gpt.hf_config(config, lm_head=not encoder_only)
     except ValueError as e:
         raise ExportError(f"{trained.workdir}: {e}") from None
-    tokenizer = trained.tokenizer()
-    files = tokenizer["files"]
-    vocab = json.loads((trained.workdir / files["vocab"]).read_text(encoding="utf-8"))
     if hf_tokenizer.END_OF_TEXT in vocab:
         eos = vocab[hf_tokenizer.END_OF_TEXT]
         config_json.update(bos_token_id=eos, eos_token_id=eos)
@@ -255,8 +260,8 @@ def _gpt_files(trained: Trained, encoder_only: bool) -> tuple[str, dict, dict, C
                               f"{max(vocab.values())} but the task tokens start at "
                               f"{first_task_token}, so a tokenizer would give them other ids: "
                               "export the pretrained GPT instead")
-        return hf_tokenizer.write_bpe(out, trained.workdir / files["vocab"],
-                                      trained.workdir / files["merges"],
+        return hf_tokenizer.write_bpe(out, files.local_copy(trained.workdir / names["vocab"]),
+                                      files.local_copy(trained.workdir / names["merges"]),
                                       config.max_position_embeddings, task_tokens,
                                       openai_gpt=tokenizer.get("kind") == "openai_bpe")
 
@@ -282,7 +287,7 @@ def _write_bilm(trained: Trained, out: pathlib.Path, encoder_only: bool) -> list
     written = ["options.json", "weights.hdf5"]
     vocab = (trained.record.get("tokenizer") or {}).get("files", {}).get("vocab")
     if vocab and (trained.workdir / vocab).is_file():
-        shutil.copyfile(trained.workdir / vocab, out / "vocab.txt")
+        shutil.copyfile(files.local_copy(trained.workdir / vocab), out / "vocab.txt")
         written.append("vocab.txt")
     return written
 
@@ -319,7 +324,7 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
     with destination.staging(out) as staging:
         try:
             model, files_written = _write(trained, staging, format, family, dtype, encoder_only)
-            destination.place(staging, out, files_written)
+            destination.place(staging, out, files_written, overwrite, workdir)
         except (OSError, ValueError, RuntimeError, SafetensorError) as err:
             if not destination.is_no_space(err):
                 raise

@@ -321,6 +321,23 @@ def _flatten(params: Params) -> tuple[list[tuple[str, Any]], jax.tree_util.PyTre
     return named, treedef
 
 
+_VOCABULARY_ROWS = ("embeddings/word_embeddings/embedding", "mlm_bias")  # [V, ...] params
+
+
+def cut_vocabulary(params: Params, config: BertConfig, size: int) -> tuple[Params, BertConfig]:
+    """`params` (BertModel's, BertForPreTraining's or a head's around a "bert" encoder) and
+    `config` with the token table and the MLM output bias cut to their first `size` rows: a
+    model trained with vocab_size above what its vocabulary learned (VOCAB_SIZE 8192, a
+    vocab.txt of 7,297 tokens) has rows no text reaches, which transformers would read as
+    tokens its tokenizer lacks."""
+    if size >= config.vocab_size:
+        return params, config
+    named, treedef = _flatten(params)
+    leaves = [np.asarray(nn.unbox(x))[:size] if path.endswith(_VOCABULARY_ROWS) else x
+              for path, x in named]
+    return jax.tree_util.tree_unflatten(treedef, leaves), config.replace(vocab_size=size)
+
+
 def _few(names: list[str], limit: int = 4) -> str:
     more = f" and {len(names) - limit} more" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more

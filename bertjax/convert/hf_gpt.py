@@ -184,6 +184,17 @@ _ARCHITECTURES = {  # family: (LM head class, bare transformer class)
 }
 
 
+def cut_vocabulary(params: Mapping[str, Any], config: GptConfig, size: int
+                   ) -> tuple[Mapping[str, Any], GptConfig]:
+    """GptLM `params` and `config` with the token table (tied to the LM head) cut to its
+    first `size` rows, the ids the tokenizer has (as hf_bert.cut_vocabulary does for BERT)."""
+    if size >= config.vocab_size:
+        return params, config
+    table = np.asarray(params["token_embeddings"]["embedding"])[:size]
+    return ({**params, "token_embeddings": {"embedding": table}},
+            config.replace(vocab_size=size))
+
+
 def bertjax_to_hf(params: Mapping[str, Any], config: GptConfig, lm_head: bool = True
                   ) -> dict[str, np.ndarray]:
     """transformers-named tensors of GptLM params (the inverse of `hf_to_bertjax`): GPT-2's

@@ -22,6 +22,22 @@ import numpy as np
 WINDOW = 2048  # examples packed together: larger windows pack a little tighter
 
 
+def most_per_row(capacity: int, shortest: int) -> int:
+    """The most examples a row of `capacity` tokens can hold when the shortest example has
+    `shortest` tokens: a packing setting above it reserves slots (and memory: K targets per
+    row, [B, K] arrays) that no row can ever fill."""
+    return capacity // shortest
+
+
+def check_per_row(setting: str, per_row: int, capacity: int, shortest: int, what: str) -> None:
+    """One line when `per_row` examples (the value of `setting`) exceed what a row of
+    `capacity` tokens holds, `what` (e.g. "instances of 5+ tokens") being the examples."""
+    most = most_per_row(capacity, shortest)
+    if per_row > most:
+        raise ValueError(f"{setting} is {per_row}, but a row of {capacity} tokens holds at most "
+                         f"{most} {what}: set it to {most} or less (0: no packing)")
+
+
 def pack_lengths(lengths: Sequence[int], capacity: int, max_sequences: int,
                  rng: np.random.Generator | None = None, window: int = WINDOW) -> np.ndarray:
     """int64 [R, K]: the items of each row (indices into `lengths`), -1 in unused slots.

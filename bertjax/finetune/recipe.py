@@ -25,8 +25,10 @@ bertjax.finetune.families; `bertjax.finetune.run` looks both up before it reads 
 """
 
 import dataclasses
+import typing
 from typing import Any
 
+from bertjax.data.packing import check_per_row
 from bertjax.training.optim import OPTIMIZERS
 
 _TRANSFORMER = dict(approach="fine_tune", batch_size=32, epochs=3.0, weight_decay=0.01,
@@ -144,6 +146,9 @@ class Recipe:
         _validate(self)
 
 
+SHORTEST_EXAMPLE = 2  # tokens of BERT's shortest encoded example: [CLS] [SEP] of an empty text
+
+
 @dataclasses.dataclass(frozen=True)
 class BertRecipe(Recipe):
     """BERT's own settings (section 4; Table 5's BiLSTM; Table 7's features)."""
@@ -171,6 +176,8 @@ class BertRecipe(Recipe):
         if self.packed_sequences < 0 or self.packed_sequences == 1:
             raise ValueError(f"finetune.packed_sequences is {self.packed_sequences!r}: set 0 (one "
                              "example per row) or the most examples a row holds (2+)")
+        check_per_row("finetune.packed_sequences", self.packed_sequences, self.max_seq_length,
+                      SHORTEST_EXAMPLE, "examples (each at least [CLS] [SEP])")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +219,15 @@ class ElmoRecipe(Recipe):
 
 
 RECIPES: dict[str, type[Recipe]] = {"bert": BertRecipe, "gpt": GptRecipe, "elmo": ElmoRecipe}
+
+
+def setting_types() -> dict[str, Any]:
+    """{setting: its type} of every family's recipe: what gin checks the values that
+    `finetune`'s **settings receive against (bertjax.cli.gin_utils.check_types)."""
+    found: dict[str, Any] = {}
+    for recipe in RECIPES.values():
+        found.update(typing.get_type_hints(recipe))
+    return found
 
 
 def finetune(family: str, task: str, **settings: Any) -> Recipe:

@@ -23,6 +23,7 @@ import numpy as np
 from flax.typing import Collection
 
 from bertjax.generation.sampling import GenerationError, Sampling, next_token
+from bertjax.layers.embeddings import vocabulary_logits
 from bertjax.models.gpt import GptLM, init_cache, positions_from_mask
 from bertjax.typing import Params
 
@@ -72,10 +73,7 @@ def _last_logits(model: GptLM, params: Params, cache: Collection, ids_BxL: Array
         decode=True, method=GptLM.hidden, mutable=["cache"],
     )
     logits_BxV = model.apply({"params": params}, h_BxLxE[:, -1], method=GptLM.logits)
-    logits_BxV = logits_BxV.astype(jnp.float32)
-    if vocab_limit < logits_BxV.shape[-1]:  # ids the tokenizer does not have
-        logits_BxV = jnp.where(jnp.arange(logits_BxV.shape[-1]) < vocab_limit, logits_BxV,
-                               -jnp.inf)
+    logits_BxV = vocabulary_logits(logits_BxV.astype(jnp.float32), vocab_limit)
     return logits_BxV, mutated["cache"]
 
 

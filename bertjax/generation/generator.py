@@ -144,7 +144,8 @@ class Generator:
         """Log-likelihood of each candidate continuation of `context` (summed over tokens)."""
         ctx = self.tokenizer.encode(context)
         cands = [self.tokenizer.encode(c) for c in candidates]
-        return scoring.continuation_logprobs(self.model, self.params, ctx, cands).sum(-1)
+        return scoring.continuation_logprobs(self.model, self.params, ctx, cands,
+                                             self.tokenizer.vocab_size).sum(-1)
 
 
 def load_gpt(path: str | os.PathLike, tool: str = "bertjax-generate",

@@ -13,23 +13,30 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.generation.sampling import GenerationError
+from bertjax.layers.embeddings import vocabulary_logits
 from bertjax.models.gpt import GptLM
 from bertjax.typing import Params
 
 Array = jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("model",))
-def _token_logprobs(params: Params, ids_BxL: Array, mask_BxL: Array, *, model: GptLM) -> Array:
-    """log p(ids[:, t + 1] | ids[:, :t + 1]) for t < L - 1: [B, L - 1], float32."""
+@functools.partial(jax.jit, static_argnames=("model", "vocab_size"))
+def _token_logprobs(params: Params, ids_BxL: Array, mask_BxL: Array, *, model: GptLM,
+                    vocab_size: int) -> Array:
+    """log p(ids[:, t + 1] | ids[:, :t + 1]) for t < L - 1: [B, L - 1], float32, over the
+    tokenizer's `vocab_size` ids (layers/embeddings.vocabulary_logits)."""
     logits_BxLxV = model.apply({"params": params}, ids_BxL, mask_BxL).astype(jnp.float32)
+    logits_BxLxV = vocabulary_logits(logits_BxLxV, vocab_size)
     logp_BxLxV = jax.nn.log_softmax(logits_BxLxV[:, :-1], axis=-1)
     return jnp.take_along_axis(logp_BxLxV, ids_BxL[:, 1:, None], axis=-1)[..., 0]
 
 
 def continuation_logprobs(model: GptLM, params: Params, context: Sequence[int],
-                          candidates: Sequence[Sequence[int]]) -> np.ndarray:
-    """Per-token log-probabilities [K, longest candidate] (0 past each candidate's end)."""
+                          candidates: Sequence[Sequence[int]], vocab_size: int | None = None
+                          ) -> np.ndarray:
+    """Per-token log-probabilities [K, longest candidate] (0 past each candidate's end), each
+    token's probability among the tokenizer's `vocab_size` ids (None: every row of the table),
+    the distribution generation samples from."""
     if not context:
         raise GenerationError("scoring needs a non-empty context (start it with <|endoftext|>)")
     if not candidates or min(len(c) for c in candidates) == 0:
@@ -47,7 +54,8 @@ def continuation_logprobs(model: GptLM, params: Params, context: Sequence[int],
     for k, cand in enumerate(candidates):
         row = context + list(cand)
         ids[k, :len(row)], mask[k, :len(row)] = row, 1
-    logp = np.asarray(_token_logprobs(params, ids, mask, model=model))
+    vocab_size = model.config.vocab_size if vocab_size is None else vocab_size
+    logp = np.asarray(_token_logprobs(params, ids, mask, model=model, vocab_size=vocab_size))
     out = np.zeros((len(candidates), longest), np.float32)
     start = len(context) - 1  # logp[:, t] predicts token t + 1
     for k, cand in enumerate(candidates):

@@ -31,6 +31,7 @@ from bertjax.convert.hf_bert import param_template
 from bertjax.data import corpora
 from bertjax.data.bert.source import BertPretrainingSource
 from bertjax.data.source import load_documents
+from bertjax.layers.embeddings import vocabulary_logits
 from bertjax.models.bert import BertConfig, BertForPreTraining
 from bertjax.tokenizers.wordpiece import MASK, WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
@@ -97,16 +98,20 @@ class MaskFiller:
 
     def __post_init__(self) -> None:
         model = BertForPreTraining(self.config)
+        size = self.vocab.vocab_size  # the table's rows past it are never predicted
+
+        def mlm_logits(params: Params, ids: jax.Array, segments: jax.Array, mask: jax.Array,
+                       positions: jax.Array) -> jax.Array:
+            logits = model.apply({"params": params}, ids, segments, mask, positions)
+            return vocabulary_logits(logits["mlm_logits"].astype("float32"), size)
 
         def mlm_probs(params: Params, ids: jax.Array, segments: jax.Array, mask: jax.Array,
                       positions: jax.Array) -> jax.Array:
-            logits = model.apply({"params": params}, ids, segments, mask, positions)
-            return jax.nn.softmax(logits["mlm_logits"].astype("float32"), axis=-1)
+            return jax.nn.softmax(mlm_logits(params, ids, segments, mask, positions), axis=-1)
 
         def mlm_guesses(params: Params, batch: dict[str, jax.Array]) -> jax.Array:
-            logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
-                                 batch["input_mask"], batch["masked_lm_positions"])
-            return logits["mlm_logits"].argmax(-1)
+            return mlm_logits(params, batch["input_ids"], batch["segment_ids"],
+                              batch["input_mask"], batch["masked_lm_positions"]).argmax(-1)
 
         self._probs = jax.jit(mlm_probs)
         self._guesses = jax.jit(mlm_guesses)
@@ -152,6 +157,7 @@ class MaskFiller:
         probs = np.asarray(self._probs(self.params, row, np.zeros_like(row), mask,
                                        np.asarray([positions], np.int32)))[0]
         tokens = self.vocab.tokens
+        top_k = min(top_k, len(tokens))  # the vocabulary's tokens, never the table's other rows
         return [[(tokens[i], float(p[i])) for i in np.argsort(-p)[:top_k]] for p in probs]
 
     def unigram_baseline(self, corpus: str | None = None,

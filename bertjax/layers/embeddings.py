@@ -113,3 +113,17 @@ def attend(table: nn.Embed, h_BxLxE: Array, dtype: DTypeLike, pad_vocab_to: int 
         table_VxE = jnp.pad(table_VxE, ((0, pad), (0, 0)))
     logits = h_BxLxE.astype(dtype) @ table_VxE.T
     return logits[..., :V] if pad else logits
+
+
+def vocabulary_logits(logits_xV: Array, vocab_size: int) -> Array:
+    """`logits_xV` with the ids past a tokenizer's `vocab_size` tokens set to -inf.
+
+    A token table may have more rows than its vocabulary has tokens (VOCAB_SIZE 8192 over a
+    vocab.txt of 7,297 learned tokens): no text encodes to those rows, so no tool may predict,
+    sample or decode them, and they take no share of a softmax. Every tool that turns logits
+    into tokens or probabilities applies this rule (fill-mask, generation and scoring, the
+    held-out scores); training does not need it, since no target lies there."""
+    V = logits_xV.shape[-1]
+    if vocab_size >= V:
+        return logits_xV
+    return jnp.where(jnp.arange(V) < vocab_size, logits_xV, -jnp.inf)

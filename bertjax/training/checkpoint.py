@@ -412,10 +412,10 @@ def restore_saved_params(path: str | os.PathLike, best: bool = True
     checkpoint's own metadata, so no model is built; `which` says what was read ("best",
     "step N"). Nothing in the workdir is moved: its run may be writing it meanwhile."""
     workdir, step = resolve(path)
-    best_item = workdir.absolute().joinpath(*BEST_PARAMS)
+    best_item = absolute(workdir).joinpath(*BEST_PARAMS)  # gs:// stays gs:// (files.absolute)
     if best and step is None and best_item.is_dir():
         return _read_best(best_item, workdir), workdir, "best"
-    directory = workdir.absolute() / "checkpoints"
+    directory = absolute(workdir) / "checkpoints"
     unreadable: set[int] = set()
     while True:
         steps = [s for s in _saved_steps(directory) if s not in unreadable]
@@ -427,8 +427,9 @@ def restore_saved_params(path: str | os.PathLike, best: bool = True
                 f"{', '.join(map(str, sorted(unreadable)))}): pass another run")
         chosen = steps[-1] if step is None else step
         if chosen not in steps:
-            raise CheckpointError(f"{directory}/{chosen} is not a checkpoint: pass one of "
-                                  f"{', '.join(map(str, steps))}")
+            raise CheckpointError(f"{directory}/{chosen} is not a checkpoint: " + (
+                f"pass one of {', '.join(map(str, steps))}" if steps else
+                f"{directory} holds none; train for at least train.checkpoint_every steps"))
         try:
             abstract = saved_shapes(directory / str(chosen) / "state", "params")
             params, workdir, chosen = restore_params(directory / str(chosen), abstract)

@@ -211,9 +211,10 @@ def phase_plan(num_steps: int, seq_phases: Sequence[tuple[float, int]]) -> list[
 
 
 def _check_features(exp: Experiment, seq_length: int) -> None:
-    """The data gives every feature the objective reads, with its dtype and rank."""
-    wanted = exp.objective.example_batch(1, seq_length)
+    """The data gives every feature the objective reads, with its dtype and rank (the source
+    first: it refuses settings its rows cannot hold before the objective's batch is built)."""
     given = exp.source.feature_spec(seq_length, exp.batch_size)
+    wanted = exp.objective.example_batch(1, seq_length)
     setting = exp.source.setting
     for name, array in wanted.items():
         if name not in given:

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import pathlib
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from bertjax.files import as_path, is_remote, local_copy, write_text
@@ -116,6 +117,13 @@ def is_workdir(directory: str | os.PathLike) -> bool:
     directory = as_path(directory)
     return ((directory / RECORD).is_file() or (directory / "lease.json").exists()
             or (directory / "checkpoints").is_dir())
+
+
+def lists_workdir(names: Collection[str], folders: Collection[str]) -> bool:
+    """`is_workdir` of a directory from its listing (its file and folder names), as a walk
+    gives it: no request per directory on object storage."""
+    return (RECORD in names or "lease.json" in names or "lease.json" in folders
+            or "checkpoints" in folders)
 
 
 def latest_checkpoint(workdir: str | os.PathLike) -> int | None:

@@ -327,6 +327,35 @@ def test_out_in_or_around_a_run_is_refused_and_the_run_is_untouched(bert_run, pl
     assert tree_digest(bert_run.parent) == before
 
 
+def test_the_second_of_two_exports_to_one_new_out_is_refused(bert_run, gpt_run, tmp_path,
+                                                             monkeypatch):
+    """Two exports to one new --out at the same moment both passed the check of --out, and
+    the later one replaced the first one's files (a stray file of the other model left).
+    Interleaved here as they raced: the GPT export completes while the BERT export is about
+    to place its files; the BERT export then finds --out filled and is refused."""
+    from bertjax.convert import destination
+    from bertjax.convert import export as export_lib
+
+    out = tmp_path / "hf"
+    place = destination.place
+    raced = []
+
+    def racing_place(*args, **kwargs):
+        if not raced:  # the BERT export's call: the GPT export runs through, placing its own
+            raced.append(None)
+            raced[0] = export_lib.export(gpt_run, out)
+        return place(*args, **kwargs)
+
+    monkeypatch.setattr(destination, "place", racing_place)
+    result = export(f"--checkpoint={bert_run}", f"--out={out}")
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert lines[0].startswith(f"bertjax-export: error: --out={out} is not empty"), lines
+    assert sorted(p.name for p in out.iterdir()) == sorted(raced[0].files)
+    assert json.loads((out / "config.json").read_text())["architectures"] == ["GPT2LMHeadModel"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]  # no staging folder left
+
+
 def test_a_staging_folder_left_by_a_killed_export_is_removed_by_the_next(bert_run, tmp_path):
     import subprocess
 
@@ -358,6 +387,61 @@ def test_export_to_gs_goes_to_the_bucket_not_the_current_directory(
     local = exported(bert_run, tmp_path / "local")
     assert (written / "model.safetensors").read_bytes() == (
         local / "model.safetensors").read_bytes()
+
+
+def test_overwrite_onto_a_gs_folder_looks_for_runs_in_the_bucket(
+        bert_run, gcs_bucket, tmp_path):  # noqa: F811 - the fixture
+    """--overwrite onto a non-empty gs:// folder searched it for a run with a recursive glob,
+    which etils refuses on object storage (a raw NotImplementedError): the search walks it."""
+    from bertjax import files
+
+    full = f"{gcs_bucket}/exports/full"
+    files.write_text(f"{full}/keep.txt", "mine")
+    result = run_tool("bertjax.cli.export", f"--checkpoint={bert_run}", f"--out={full}",
+                      "--overwrite", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert files.as_path(f"{full}/keep.txt").read_text() == "mine"
+    assert files.as_path(f"{full}/config.json").is_file()
+    holder = f"{gcs_bucket}/exports/holder"
+    files.write_text(f"{holder}/notes.txt", "mine")
+    files.write_text(f"{holder}/old/run/model.json", "{}")
+    result = run_tool("bertjax.cli.export", f"--checkpoint={bert_run}", f"--out={holder}",
+                      "--overwrite", cwd=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert f"holds the bertjax run {holder}/old/run:" in lines[0]
+    assert sorted(p.name for p in files.as_path(holder).iterdir()) == ["notes.txt", "old"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_on_gs_exports_from_its_newest_or_named_checkpoint(
+        bert_run, gcs_bucket, tmp_path):  # noqa: F811 - the fixture
+    """A run stored on gs:// was said to hold no checkpoint (its path was made local), and
+    WORKDIR/checkpoints/STEP became ./gs:/...: both read the bucket now."""
+    from bertjax import files
+
+    run = f"{gcs_bucket}/runs/bert"
+    for path in bert_run.rglob("*"):
+        if path.is_file():
+            files.copy(path, f"{run}/{path.relative_to(bert_run)}")
+    local = exported(bert_run, tmp_path / "local")
+    for checkpoint in (run, f"{run}/checkpoints/2"):
+        out = tmp_path / checkpoint.rsplit("/", 1)[-1]
+        result = run_tool("bertjax.cli.export", f"--checkpoint={checkpoint}", f"--out={out}",
+                          cwd=tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"from {run} (step 2)" in result.stderr
+        assert (out / "model.safetensors").read_bytes() == (
+            local / "model.safetensors").read_bytes()
+        assert (out / "vocab.txt").read_bytes() == (bert_run / "vocab.txt").read_bytes()
+    assert not (tmp_path / "gs:").exists()
+    unfinished = tmp_path / "unfinished"  # a step directory without its state
+    (unfinished / "checkpoints" / "3").mkdir(parents=True)
+    (unfinished / "model.json").write_text((bert_run / "model.json").read_text())
+    result = export(f"--checkpoint={unfinished}/checkpoints/3", f"--out={tmp_path / 'x'}")
+    assert result.returncode == 2 and result.stderr.strip().endswith(
+        f"{unfinished}/checkpoints holds none; train for at least train.checkpoint_every "
+        "steps"), result.stderr
 
 
 @pytest.fixture

@@ -167,3 +167,36 @@ def test_a_workdir_without_its_training_corpus_asks_for_it(demo_run, tmp_path):
     result = run_tool("bertjax.cli.fill_mask", f"--checkpoint={copy}", "--examples=1",
                       "--train_corpus=stdlib")
     assert result.returncode == 0 and "unigram baseline" in result.stdout, result.stderr[-2000:]
+
+
+def test_a_table_larger_than_the_vocabulary_predicts_only_its_tokens(tmp_path):
+    """A run with VOCAB_SIZE above what its vocabulary learned (8,192 rows over a vocab.txt of
+    7,297 tokens) has rows no text reaches: fill-in guesses, their probabilities and the
+    held-out guesses come from the vocabulary alone (a top-k id past vocab.txt was an
+    IndexError), even where those rows would score highest."""
+    import flax.linen as nn
+    import jax
+
+    from bertjax.convert.hf_bert import param_template
+    from bertjax.models.bert import bert_config
+    from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "module", "file", "value"]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    vocab = WordPieceVocabulary(tmp_path / "vocab.txt", lower_case=True)
+    config = bert_config("tiny", vocab_size=24, hidden_size=16, num_layers=1, num_heads=2,
+                         mlp_dim=32, max_position_embeddings=16)
+    shapes = nn.unbox(param_template(config, heads=True))
+    params = jax.tree.map(lambda x: np.full(x.shape, 0.01, np.float32), shapes)
+    params["mlm_bias"] = np.where(np.arange(24) < len(words), 0.0, 50.0).astype(np.float32)
+    filler = MaskFiller(config, params, vocab)
+    guesses = filler.fill("the [MASK] file", top_k=24)[0]
+    assert len(guesses) == len(words) and {w for w, _ in guesses} == set(words)
+    assert sum(p for _, p in guesses) == pytest.approx(1.0, abs=1e-5)
+    ids = np.array([[vocab.cls_id, 5, vocab.mask_id, 7, vocab.sep_id]], np.int32)
+    batch = {"input_ids": ids, "segment_ids": np.zeros_like(ids), "input_mask": np.ones_like(ids),
+             "masked_lm_positions": np.array([[2]], np.int32),
+             "masked_lm_ids": np.array([[6]], np.int32),
+             "masked_lm_weights": np.ones((1, 1), np.float32)}
+    guess = int(np.asarray(filler._guesses(filler.params, batch))[0, 0])
+    assert guess < len(words)

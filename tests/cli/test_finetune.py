@@ -276,6 +276,25 @@ def test_bad_inputs_are_one_line_and_keep_the_best(bert_run, data, minilm_2, tmp
     assert digest(workdir / "best") == before
 
 
+@pytest.mark.parametrize("binding, message", [
+    ("--gin.finetune.packed_sequences=2.5", "gin binding finetune.packed_sequences is 2.5, but "
+                                            "it takes a whole number"),
+    ("--gin.finetune.packed_sequences='3'", "write finetune.packed_sequences = 3, without quotes"),
+    ("--gin.finetune.packed_sequences=None", "gin binding finetune.packed_sequences is None, but"),
+    ("--gin.finetune.epochs='3'", "gin binding finetune.epochs is '3' (quoted text), but it "
+                                  "takes a number or None"),
+    # a raw JaxRuntimeError (586 GB) after the workdir was made
+    ("--gin.finetune.packed_sequences=1000000", "finetune.packed_sequences is 1000000, but a row "
+                                                "of 128 tokens holds at most 64 examples"),
+])
+def test_a_recipe_setting_of_the_wrong_type_or_size_is_one_line(data, tmp_path, binding, message):
+    workdir = tmp_path / "run"
+    line = error_line("--gin_file=configs/finetune/bert_classification.gin", f"--init={MINILM}",
+                      f"--workdir={workdir}", f"--train={data[0]}", f"--eval={data[1]}", binding)
+    assert message in line, line
+    assert not workdir.exists()
+
+
 def test_squad_context_longer_than_the_model_without_doc_stride(squad_dev, tmp_path):
     line = error_line("--gin_file=configs/finetune/bert_squad.gin", f"--init={MINILM}",
                       f"--workdir={tmp_path}", f"--train={squad_dev}", f"--eval={squad_dev}",

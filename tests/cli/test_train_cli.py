@@ -237,6 +237,9 @@ def test_workdir_that_is_a_file(tmp_path):
 @pytest.mark.parametrize("binding, message", [
     ("--gin.bert_config.vocab_size=100", "set bert_config.vocab_size >= "),
     ("--gin.BATCH_SIZE=12", "not divisible by the 8 data-parallel devices"),
+    # packed rows of 128 tokens hold at most 25 instances of 5+ tokens: 1000 took 6 GB
+    ("--gin.PACKED_SEQUENCES=1000", "PACKED_SEQUENCES (bert_pretraining_source.packed_sequences)"
+                                    " is 1000, but a row of 128 tokens holds at most 25 "),
 ])
 def test_failed_validation_leaves_no_trace(tmp_path, bert_sample, binding, message):
     workdir = tmp_path / "run"
@@ -244,6 +247,29 @@ def test_failed_validation_leaves_no_trace(tmp_path, bert_sample, binding, messa
                               corpus=bert_sample))
     assert message in line
     assert not workdir.exists() or not any(workdir.iterdir()), list(workdir.rglob("*"))
+
+
+@pytest.mark.parametrize("binding, message", [
+    ("--gin.PACKED_SEQUENCES=2.5", "gin macro PACKED_SEQUENCES is 2.5, but "
+                                   "bert_pretraining.packed_sequences takes a whole number"),
+    ("--gin.PACKED_SEQUENCES='3'", "is '3' (quoted text), but bert_pretraining.packed_sequences "
+                                   "takes a whole number: write PACKED_SEQUENCES = 3, without "
+                                   "quotes"),
+    ("--gin.PACKED_SEQUENCES=None", "gin macro PACKED_SEQUENCES is None, but"),
+    ("--gin.NUM_STEPS='abc'", "gin macro NUM_STEPS is 'abc' (quoted text), but train.num_steps "
+                              "takes a whole number"),
+    ("--gin.train.log_every=2.5", "gin binding train.log_every is 2.5, but it takes a whole "
+                                  "number"),
+    ("--gin.make_optimizer.learning_rate='1e-3'", "gin binding make_optimizer.learning_rate is "
+                                                  "'1e-3' (quoted text), but it takes a number"),
+])
+def test_a_setting_of_the_wrong_type_is_one_line_naming_it(tmp_path, binding, message):
+    """A value of the wrong type failed deep inside the run with a raw TypeError; every
+    numeric setting is checked against its configurable's type when gin is parsed."""
+    workdir = tmp_path / "run"
+    line = error_line(run_cli(workdir, binding))
+    assert message in line, line
+    assert not workdir.exists()
 
 
 def test_failed_run_on_an_existing_workdir_changes_nothing(trained, bert_sample):

@@ -298,3 +298,52 @@ def test_an_elmo_task_model_exports_its_bilm(tmp_path):
     for key in ("lstms_0", "lstms_1", "token_encoder"):  # the forget bias moves by 1.0 and back
         jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), back[key],
                      bilm[key])
+
+
+# ----------------------------------------------------------------------------- vocabularies
+
+
+def test_a_table_larger_than_the_vocabulary_exports_the_vocabulary_and_fine_tunes(tmp_path):
+    """A run whose token table outgrew what its vocabulary learned (VOCAB_SIZE 8,192 over a
+    vocab.txt of 7,297 tokens) exports the table's rows of the vocabulary's ids (with the MLM
+    output bias), so the export's vocab.txt fits its model and bertjax-finetune --init takes
+    it (it refused the mismatch). GPT's export does the same; both heads' logits over those
+    ids are unchanged (the weights are the same rows)."""
+    from safetensors.numpy import load_file
+
+    from bertjax.finetune.pretrained import load_pretrained
+    from bertjax.tokenizers.bpe import learn_bpe
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(95))]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    config = bert_config("tiny", **BERT)  # 120 rows, 100 tokens
+    params = random_like(nn.unbox(hf_bert.param_template(config, heads=True)))
+    tokenizer = {"kind": "wordpiece", "files": {"vocab": "vocab.txt"}, "lower_case": True}
+    trained = export.Trained(tmp_path, "step 2", {"family": "bert", "objective":
+                                                  "bert_pretraining", "tokenizer": tokenizer},
+                             None, config, params)
+    out = tmp_path / "hf"
+    out.mkdir()
+    export._write(trained, out, "hf", "bert", "float32", False)
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == len(words)
+    tensors = load_file(out / "model.safetensors")
+    table = params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+    np.testing.assert_array_equal(tensors["bert.embeddings.word_embeddings.weight"],
+                                  table[:len(words)])
+    np.testing.assert_array_equal(tensors["cls.predictions.bias"],
+                                  params["mlm_bias"][:len(words)])
+    assert load_pretrained(str(out), "bert").config.vocab_size == len(words)
+
+    bpe = learn_bpe(["the cat sat on the mat", "a dog ran in the park"] * 20, 300)
+    bpe.save(tmp_path / "gpt")
+    gpt = gpt_config("gpt2_tiny", vocab_size=bpe.vocab_size + 40, hidden_size=32,
+                     num_layers=1, num_heads=4, mlp_dim=64, max_position_embeddings=24)
+    tokenizer = {"kind": "bpe", "files": {"vocab": "vocab.json", "merges": "merges.txt"}}
+    gpt_params = random_like(abstract_params(gpt))
+    trained = export.Trained(tmp_path / "gpt", "step 2", {
+        "family": "gpt", "objective": "gpt_pretraining", "tokenizer": tokenizer}, None, gpt,
+        gpt_params)
+    _, tensors, config_json, _ = export._gpt_files(trained, encoder_only=False)
+    assert config_json["vocab_size"] == bpe.vocab_size
+    np.testing.assert_array_equal(tensors["lm_head.weight"], gpt_params["token_embeddings"][
+        "embedding"][:bpe.vocab_size])

@@ -182,12 +182,13 @@ def test_generator_api_decodes_text_and_cuts_at_stop_strings(params):
         assert "t" not in out
     assert all(max(generator.tokenizer.encode(o) or [0]) < 270 for o in outputs)
 
-    # scores are the summed log-probabilities of the candidates' tokens given the context
+    # scores are the summed log-probabilities of the candidates' tokens given the context,
+    # among the tokenizer's 270 ids (the distribution generation samples from)
     context, candidates = tokenizer.encode("the cat"), [" sat on", " dog"]
     scores = generator.score("the cat", candidates)
     for candidate, score in zip(candidates, scores, strict=True):
         ids = context + tokenizer.encode(candidate)
-        logits = np.asarray(MODEL.apply({"params": params}, jnp.asarray([ids])))[0]
+        logits = np.asarray(MODEL.apply({"params": params}, jnp.asarray([ids])))[0, :, :270]
         logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
         expected = sum(logp[t - 1, ids[t]] for t in range(len(context), len(ids)))
         assert score == pytest.approx(expected, abs=1e-4)

@@ -109,6 +109,33 @@ def test_dry_run_and_bad_input_are_one_line(tmp_path):
     assert not (tmp_path / "pretrain").exists()
 
 
+def test_a_root_that_is_a_file_or_holds_no_runs_is_one_line_and_writes_nothing(tmp_path,
+                                                                              capsys):
+    """--root=FILE was a raw NotADirectoryError; --report_only on a root without runs a raw
+    RunError, after it had written data/ and report/ there. (The script's main, in this
+    process: test_dry_run_and_bad_input_are_one_line runs it as a process.)"""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("families_script",
+                                                  REPO / "scripts" / "families.py")
+    families = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(families)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, message in [((f"--root={notes}",), f"--root={notes} is a file: "),
+                          ((f"--root={notes}/study",), f"lies under the file {notes}: "),
+                          ((f"--root={empty}", "--report_only", "--quick"),
+                           f"--report_only: {empty} holds none of the study's ")]:
+        capsys.readouterr()
+        assert families.main(list(args)) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("families.py: error: "), err
+        assert message in err, err
+    assert notes.read_text() == "mine" and list(empty.iterdir()) == []
+
+
 def test_corpus_split_holds_out_every_20th_item():
     lines = [f"Title {i}. Body {i} here." for i in range(40)]
     kept, held = data_lib.split_corpus(lines)

@@ -42,7 +42,7 @@ import numpy as np
 from bertjax.data.bert.masking import MaskedTokens, SpecialIds, mask_block
 from bertjax.data.bert.nsp import Corpus, Instances, check_corpus, pack, plan_instances
 from bertjax.data.bert.packing import instance_lengths, pack_examples
-from bertjax.data.packing import pack_lengths
+from bertjax.data.packing import most_per_row, pack_lengths
 from bertjax.objectives.mlm import packed_predictions
 
 # Stream tags: separate random numbers for each use of the seed.
@@ -51,6 +51,11 @@ _ROW_BITS = 40  # a static mask key is (group << 40) + row
 BLOCK_EXAMPLES = 512  # examples built per call when iterating
 
 Example = dict[str, np.ndarray]
+
+
+def shortest_instance(nsp: bool) -> int:
+    """Tokens of the shortest instance: [CLS] A [SEP] B [SEP] with NSP, else [CLS] A [SEP]."""
+    return 5 if nsp else 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,10 +83,13 @@ class PretrainingConfig:
             self.max_seq_length, self.packed_sequences, self.masked_lm_prob))
 
     def __post_init__(self) -> None:
-        min_length = 5 if self.nsp else 3
+        min_length = shortest_instance(self.nsp)
+        most = most_per_row(self.max_seq_length, min_length)
         checks = [
             (self.packed_sequences in (0,) or self.packed_sequences >= 2,
              "packed_sequences must be 0 (no packing) or >= 2"),
+            (self.packed_sequences <= most,
+             f"packed_sequences must be at most {most}, the instances a row holds"),
             (not self.packed_sequences or self.masking == "dynamic",
              "packed rows need masking='dynamic'"),
             (self.masking in ("dynamic", "static", "none"),

@@ -35,9 +35,11 @@ from bertjax.data.bert.instances import (
     feature_spec,
     iterate_blocks,
     make_stream,
+    shortest_instance,
 )
 from bertjax.data.bert.masking import SpecialIds, continuation_mask
 from bertjax.data.bert.nsp import Corpus, check_corpus
+from bertjax.data.packing import check_per_row
 from bertjax.data.source import DataError, Example, FeatureSpec, Source
 from bertjax.files import as_path
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
@@ -159,9 +161,15 @@ class BertPretrainingSource(Source):
     # ---------------------------------------------------------------- examples
 
     def config(self, seq_length: int) -> PretrainingConfig:
+        """The examples at `seq_length`; one line when packed rows of that length cannot hold
+        packed_sequences instances (refused before the run writes anything)."""
         predictions = self.max_predictions or default_max_predictions(
             seq_length, self.options["masked_lm_prob"]
         )
+        shortest = shortest_instance(self.options["nsp"])
+        check_per_row(f"PACKED_SEQUENCES ({self.setting}.packed_sequences)",
+                      self.packed_sequences, seq_length, shortest,
+                      f"instances of {shortest}+ tokens")
         return PretrainingConfig(
             max_seq_length=seq_length, max_predictions_per_seq=predictions,
             packed_sequences=self.packed_sequences, **self.options
