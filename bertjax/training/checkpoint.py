@@ -414,10 +414,10 @@ def restore_saved_params(path: str | os.PathLike, best: bool = True
     checkpoint's own metadata, so no model is built; `which` says what was read ("best",
     "step N"). Nothing in the workdir is moved: its run may be writing it meanwhile."""
     workdir, step = resolve(path)
-    best_item = workdir.absolute().joinpath(*BEST_PARAMS)
+    best_item = absolute(workdir).joinpath(*BEST_PARAMS)
     if best and step is None and best_item.is_dir():
         return _read_best(best_item, workdir), workdir, "best"
-    directory = workdir.absolute() / "checkpoints"
+    directory = absolute(workdir) / "checkpoints"
     unreadable: set[int] = set()
     while True:
         steps = [s for s in _saved_steps(directory) if s not in unreadable]
