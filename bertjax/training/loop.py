@@ -528,7 +528,7 @@ def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
             log.write()
             progress.note(evaluation(step, state))
         if stopped or checkpoint_step:
-            log.write()  # metrics.jsonl holds every step a resume from this checkpoint skips
+            log.write()  # metrics.jsonl reaches this step before its checkpoint is saved
             run.checkpointer.save(step, state, run.position, force=bool(stopped))
             run.writer.flush()
     scalars = log.write()  # the phase's last log step
