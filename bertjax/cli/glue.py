@@ -16,12 +16,12 @@ Its scores are dev-set scores (the BERT paper's GLUE average is of test-server s
 held-out part of train (--heldout_fraction).
 """
 
-import pathlib
 import sys
 
 import gin
 from absl import flags
 
+from bertjax import files
 from bertjax.cli import gin_utils, runner
 from bertjax.cli.train import check_workdir
 from bertjax.finetune import glue
@@ -107,7 +107,7 @@ def main() -> None:
                                     "fraction in (0, 1)")
     if FLAGS.seeds < 1:
         raise gin_utils.ConfigError(f"--seeds={FLAGS.seeds}: run at least 1")
-    glue_dir = None if FLAGS.glue_dir == "tfds" else pathlib.Path(FLAGS.glue_dir)
+    glue_dir = None if FLAGS.glue_dir == "tfds" else files.as_path(FLAGS.glue_dir)
     if glue_dir is not None and not glue_dir.is_dir():
         raise gin_utils.ConfigError(f"--glue_dir={FLAGS.glue_dir} is not a directory: pass "
                                     "GLUE's glue_data directory or 'tfds'")

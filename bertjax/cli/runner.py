@@ -1,5 +1,6 @@
 """What every bertjax command-line tool shares: --help, flag errors, the backend line and the
-one-line error path (`PROGRAM: error: ...`, exit status 2, nothing else on the terminal)."""
+one-line error path (`PROGRAM: error: ...`, exit status 2, nothing else on the terminal: orbax's
+own failure reports are dropped in a tool's process, never in a library user's)."""
 
 import os
 import signal
@@ -15,6 +16,7 @@ from absl import logging as absl_logging
 from bertjax import cli, files
 from bertjax.cli import gin_utils, interrupts
 from bertjax.training import lease, preemption
+from bertjax.training.checkpoint import quiet_orbax_failures
 
 FLAGS = flags.FLAGS
 HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
@@ -119,6 +121,7 @@ def guarded(program: str, main: Callable[..., None],
                           f"(quote values with spaces; see {program} --help)")
         if not FLAGS["verbosity"].present:  # progress lines only; --verbosity=0 shows INFO logs
             absl_logging.set_verbosity(absl_logging.WARNING)
+        quiet_orbax_failures()  # orbax's tracebacks of a failure the tool says in one line
         try:
             with _terminate_as_interrupt():
                 if cli.tool_name() is not None and program not in cli.TRAINING_TOOLS:

@@ -39,7 +39,6 @@ import dataclasses
 import json
 import math
 import os
-import pathlib
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -47,6 +46,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from bertjax import files
 from bertjax.files import write_text
 from bertjax.finetune import readers
 from bertjax.finetune.evaluate import scored_predictions
@@ -128,9 +128,13 @@ def select_tasks(spec: str) -> list[GlueTask]:
 
 @dataclasses.dataclass(frozen=True)
 class GlueData:
-    """Where the GLUE data is: a GLUE directory, or TFDS (glue_dir None)."""
+    """Where the GLUE data is: a GLUE directory (local or gs://), or TFDS (glue_dir None)."""
 
-    glue_dir: pathlib.Path | None = None
+    glue_dir: files.Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.glue_dir is not None:  # a str or local path given: the one path type
+            object.__setattr__(self, "glue_dir", files.as_path(self.glue_dir))
 
     def examples(self, task: GlueTask, split: str) -> list[Example]:
         """The examples of "train" or one of the task's dev sets (a file stem / TFDS split)."""
@@ -167,7 +171,7 @@ def check_data(data: GlueData, tasks: Sequence[GlueTask]) -> None:
                                     f"leave {task.name} out of --tasks")
 
 
-def read_headerless_cola(path: pathlib.Path) -> list[TextExample]:
+def read_headerless_cola(path: files.Path) -> list[TextExample]:
     """CoLA's train.tsv / dev.tsv: no header; source, label (0/1), original label, sentence."""
     examples = []
     for number, line in enumerate(readers.read_text(path).splitlines(), start=1):
@@ -276,7 +280,7 @@ def _mean_or_worst(values: list[float]) -> float:
 
 
 def score_dev(outcome: RunOutcome, params: Params, dev: Sequence[Example], batch: int,
-              where: pathlib.Path, column: str) -> dict[str, float]:
+              where: files.Path, column: str) -> dict[str, float]:
     """The run's metrics on one dev set, with its predictions written beside the run
     (WHERE/dev_predictions_COLUMN.jsonl: id, prediction, gold), so the table can be checked."""
     metrics, rows = scored_predictions(outcome.setup, params, dev, batch)
@@ -302,7 +306,7 @@ def run_glue(init: Pretrained, data: GlueData, tasks: Sequence[GlueTask],
     if select_on not in SELECTIONS:
         raise TaskDataError(f"--lr_select={select_on}: choose one of {', '.join(SELECTIONS)}")
     check_data(data, tasks)
-    root = pathlib.Path(workdir)
+    root = files.as_path(workdir)  # local or gs://: every run's workdir lies under it
     scores, chosen = {}, {}
     for task in tasks:
         recipe = data.recipe(task, recipe_for(task))

@@ -26,6 +26,7 @@ import pathlib
 import re
 from collections.abc import Mapping, Sequence
 
+from bertjax import files
 from bertjax.files import write_text
 from bertjax.finetune.evaluate import predict_arrays
 from bertjax.finetune.examples import Example
@@ -66,7 +67,7 @@ def submission_name(spec: str) -> str:
         config = name.rsplit("/", 1)[-1].lower()
         task = _GLUE_NAMES.get(config, config)
     else:
-        path = pathlib.Path(spec)
+        path = pathlib.PurePosixPath(spec)  # its names only: GLUE's layout, local or gs://
         task = _GLUE_NAMES.get(path.parent.name.lower(), None)
         split = [path.stem]
         if task is None:
@@ -138,7 +139,7 @@ def submission_tsv(name: str, ids: Sequence[str], predictions: Sequence[str | fl
 
 
 def write_submissions(workdir: str | os.PathLike, named: Mapping[str, list[Example]],
-                      setup: TaskSetup, batch_size: int) -> list[pathlib.Path]:
+                      setup: TaskSetup, batch_size: int) -> list[files.Path]:
     """Predict each file's examples with the run's best checkpoint and write
     WORKDIR/submission/NAME.tsv; the paths written. `setup` is the run's TaskSetup: its
     encoder, model and decoder, as the dev evaluation uses them."""
@@ -150,8 +151,7 @@ def write_submissions(workdir: str | os.PathLike, named: Mapping[str, list[Examp
         inputs, data = setup.encode_unlabelled(examples)
         outputs = predict_arrays(setup, params, inputs, batch_size)
         predictions, _ = setup.task.decode(outputs, data)
-        path = pathlib.Path(workdir) / SUBMISSION_DIR / f"{_safe(name)}.tsv"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = files.as_path(workdir) / SUBMISSION_DIR / f"{_safe(name)}.tsv"
         write_text(path, submission_tsv(name, [ex.id for ex in examples], predictions))
         written.append(path)
     return written

@@ -18,7 +18,6 @@ import dataclasses
 import json
 import math
 import os
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,7 +53,7 @@ class RunOutcome:
 
     result: loop.RunResult
     results: dict[str, Any]
-    submissions: list[pathlib.Path]
+    submissions: list[files.Path]
     setup: TaskSetup
 
 

@@ -94,10 +94,13 @@ class _QuietOrbaxReports:
             sys.unraisablehook = cls(sys.unraisablehook)
 
 
-def _quiet_orbax_failures() -> None:
+def quiet_orbax_failures() -> None:
     """Drop orbax's own reports of a failed save or restore (_QuietOrbax, _QuietOrbaxReports),
-    which bertjax turns into one line: installed by the first Checkpointer (or read of a best
-    checkpoint), once, so importing bertjax changes no logger and no hook."""
+    which a tool turns into one line: for a bertjax tool's process only (bertjax/cli/runner.py
+    calls it before the tool's main, and it stays for the process's life, since late reports
+    come when orbax's tasks are collected, at exit too). The library never calls it: a
+    notebook that imports bertjax and saves or restores with its Checkpointer keeps every
+    record of its own orbax and asyncio loggers and its unraisable-exception hook. Idempotent."""
     for name in ("absl", "asyncio"):
         logger = logging.getLogger(name)
         if not any(isinstance(f, _QuietOrbax) for f in logger.filters):
@@ -134,7 +137,6 @@ class Checkpointer:
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save,
             cleanup_tmp_directories=quarantine,  # a killed run's partial save: only its own
         )
-        _quiet_orbax_failures()  # failures arrive from other threads too
         self.manager = self._manager()
 
     def _manager(self) -> ocp.CheckpointManager:
@@ -453,7 +455,6 @@ def _saved_steps(directory: Path) -> list[int]:
 def _read_best(best_item: Path, workdir: Path, attempts: int = 3) -> Params:
     """WORKDIR/best/params; a read that fails is tried again (`attempts` in all), since the
     run may be swapping in a new best (evaluation.BestKeeper) that very moment."""
-    _quiet_orbax_failures()
     for attempt in range(attempts):
         try:
             with ocp.StandardCheckpointer() as checkpointer:

@@ -397,28 +397,82 @@ class _Guards:
         self.in_a_row = self.skipped = 0
         self.failure: str | None = None
 
-    def stop_reason(self, step: int, metrics: dict) -> str | None:
+    def stop_reason(self, step: int, metrics: dict, agree: bool) -> str | None:
+        """Why to stop after `step`; several hosts agree on signals only where `agree`."""
         self.pending.append((step, metrics["nonfinite"]))
-        return self.signals.should_stop(step, self.checkpointer.manager)
+        return self.signals.should_stop(step, self.checkpointer.manager, agree=agree)
 
-    def check_nonfinite(self) -> int:
-        """Read the pending flags (at log steps: no host sync per step); the skipped count.
-        A step that must end the run is remembered for `raise_failure`, after it is logged."""
-        flags = jax.device_get([flag for _, flag in self.pending])
-        for (step, _), bad in zip(self.pending, flags, strict=True):
-            self.in_a_row = self.in_a_row + 1 if bad else 0
-            self.skipped += int(bad)
-            if bad and (self.exp.nonfinite == "stop" or self.in_a_row >= self.exp.max_nonfinite):
+    def take_flags(self) -> list[tuple[int, Any]]:
+        """The nonfinite flags (step, on device) since the last log step, for `count`."""
+        flags, self.pending = self.pending, []
+        return flags
+
+    def count(self, steps: Sequence[int], bad: Sequence[Any]) -> int:
+        """Count the fetched flags of `steps` (at log steps: no host sync per step); the
+        skipped count. A step that must end the run is remembered for `raise_failure`, after
+        it is logged."""
+        for step, flag in zip(steps, bad, strict=True):
+            self.in_a_row = self.in_a_row + 1 if flag else 0
+            self.skipped += int(flag)
+            if flag and (self.exp.nonfinite == "stop" or self.in_a_row >= self.exp.max_nonfinite):
                 self.failure = self.failure or (
                     f"the loss or its gradients are not finite at step {step} ({self.in_a_row} "
                     "step(s) in a row, updates skipped): lower make_optimizer.learning_rate or "
                     "check the data; train.nonfinite and train.max_nonfinite set how many to skip")
-        self.pending = []
         return self.skipped
 
     def raise_failure(self) -> None:
         if self.failure:
             raise RunError(self.failure)
+
+
+@dataclasses.dataclass
+class _LogStep:
+    """A log step whose values are still on the device (`metrics`, `param_norm`, the nonfinite
+    `flags` of the steps since the previous log step) beside what the host measured at it."""
+
+    step: int
+    metrics: dict[str, jax.Array]
+    param_norm: jax.Array
+    flags: list[tuple[int, Any]]
+    host: dict[str, float]  # tokens_per_second, real_tokens_per_second, seq_length
+
+
+class _OneStepBehind:
+    """Writes a log step's metrics once the next step is queued (nanodo's one step behind):
+    fetching them right after their own step made the host wait for that step to finish
+    before it could queue the next, so the device idled while the host logged, drew the next
+    batch and dispatched. `hold` keeps a log step; `write` fetches and writes the one held
+    (the loop calls it after dispatching the next step, and before anything that must see
+    the metrics: an evaluation, a checkpoint, the end of a phase or a stop). The numbers
+    logged are those of the log step itself: its parameter norm is dispatched at that step,
+    before the next step takes over (donates) the state."""
+
+    def __init__(self, writer: MetricWriter, guards: _Guards, progress: ProgressBar):
+        self.writer, self.guards, self.progress = writer, guards, progress
+        self.held: _LogStep | None = None
+        self.last: dict[str, float] = {}  # the metrics written last
+
+    def hold(self, entry: _LogStep) -> None:
+        self.write()
+        self.held = entry
+
+    def write(self) -> dict[str, float]:
+        """Fetch and write the held log step (if any); the metrics written last."""
+        entry, self.held = self.held, None
+        if entry is None:
+            return self.last
+        metrics, norm, bad = jax.device_get(
+            (entry.metrics, entry.param_norm, [flag for _, flag in entry.flags]))
+        scalars = {k: float(v) for k, v in metrics.items()}
+        scalars.setdefault("param_norm", float(norm))
+        scalars.update(entry.host)
+        scalars["skipped_steps"] = self.guards.count([step for step, _ in entry.flags], bad)
+        self.writer.write(entry.step, scalars)
+        self.progress.note(scalars)
+        self.last = scalars
+        self.guards.raise_failure()
+        return scalars
 
 
 def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
@@ -440,12 +494,15 @@ def _record(exp: Experiment, workdir: Path) -> None:
 def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
                  ) -> tuple[TrainState, dict, str | None]:
     """Steps of one phase up to its end (or a stop): (state, the last logged metrics, why it
-    stopped); `run.position` follows the data."""
+    stopped); `run.position` follows the data. A log step's metrics are written once the
+    step after it is queued (_OneStepBehind), and before an evaluation, a checkpoint and the
+    phase's end."""
     exp, guards, trainer, evaluation = run.exp, run.guards, phase.trainer, run.evaluation
     step, index = int(state.step), run.position["example_index"]
     labels = exp.objective.progress + (evaluation.labels if evaluation else ())
     progress = ProgressBar(exp.num_steps, step, labels, enabled=run.show_progress)
-    last_time, scalars, stopped = time.perf_counter(), {}, None
+    log = _OneStepBehind(run.writer, guards, progress)
+    last_time, stopped = time.perf_counter(), None
     tokens = real_tokens = 0  # token slots (padding included) and real tokens since the last log
     while step < phase.end_step and not stopped:
         batch = next(phase.batches)
@@ -456,26 +513,26 @@ def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
             guards.signals.started()
         step, index = step + 1, index + exp.batch_size
         run.position = {"phase": run.position["phase"], "example_index": index}
-        stopped = guards.stop_reason(step, metrics)
-        if step % exp.log_every == 0 or step == phase.end_step or stopped:
+        log.write()  # the previous log step's, now that this step is queued behind it
+        log_step = step % exp.log_every == 0 or step == phase.end_step
+        checkpoint_step = step % exp.checkpoint_every == 0 and step < exp.num_steps
+        stopped = guards.stop_reason(step, metrics, agree=log_step or checkpoint_step)
+        progress.update(step, None)
+        if log_step or stopped:
             now = time.perf_counter()
-            scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            scalars.setdefault("param_norm", float(trainer.param_norm(state)))  # log steps only
-            scalars["tokens_per_second"] = tokens / (now - last_time)
-            scalars["real_tokens_per_second"] = real_tokens / (now - last_time)
-            scalars["seq_length"] = phase.seq_length
-            scalars["skipped_steps"] = guards.check_nonfinite()
-            run.writer.write(step, scalars)
-            progress.update(step, scalars)
-            guards.raise_failure()
+            log.hold(_LogStep(step, metrics, trainer.param_norm(state), guards.take_flags(), {
+                "tokens_per_second": tokens / (now - last_time),
+                "real_tokens_per_second": real_tokens / (now - last_time),
+                "seq_length": phase.seq_length}))
             last_time, tokens, real_tokens = now, 0, 0
-        else:
-            progress.update(step, None)
         if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
+            log.write()
             progress.note(evaluation(step, state))
-        if stopped or (step % exp.checkpoint_every == 0 and step < exp.num_steps):
+        if stopped or checkpoint_step:
+            log.write()  # metrics.jsonl reaches this step before its checkpoint is saved
             run.checkpointer.save(step, state, run.position, force=bool(stopped))
             run.writer.flush()
+    scalars = log.write()  # the phase's last log step
     progress.close()
     return state, scalars, stopped
 

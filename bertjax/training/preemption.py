@@ -1,11 +1,17 @@
 """Stopping a run cleanly when the machine asks: SIGTERM (a preempted or maintained Cloud TPU
 VM, a batch scheduler), SIGINT (Ctrl-C), or JAX's preemption notice in a multi-host run.
 
-The loop asks `should_stop(step)` after every step; on yes it saves a checkpoint at that step
-(the data position included), flushes its metrics and returns, so rerunning the same command
-resumes there. All hosts of a multi-host run agree on the step: a signal seen by any host
-stops every host at the same step, as does orbax's `reached_preemption` (the sync point of
-JAX's preemption service on TPU pods).
+The loop asks `should_stop(step, agree=...)` after every step; on yes it saves a checkpoint at
+that step (the data position included), flushes its metrics and returns, so rerunning the same
+command resumes there. All hosts of a multi-host run agree on the step: a signal seen by any
+host stops every host at the same step, as does orbax's `reached_preemption` (the sync point
+of JAX's preemption service on TPU pods, asked at every step as JAX's protocol requires; it
+blocks nothing). Agreeing on signals takes an allgather, which waits for the step before it to
+finish on every host, so the host could not queue the next step while one ran: hosts agree only
+at the steps the loop names (`agree`: its log and checkpoint steps and a phase's last), and a
+signal's checkpoint comes at most K = min(train.log_every, train.checkpoint_every) steps after
+it (MaxText checks preemption at its checkpoint steps). One host needs no agreement: it stops
+at the step after the signal.
 
 A run watches once, for its whole length (`watch()`, taken by `bertjax.training.run`, around
 data preparation too). Until training has started (data preparation, restore, the first
@@ -98,15 +104,20 @@ class StopSignals:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
-    def should_stop(self, step: int, manager: "ocp.CheckpointManager | None" = None) -> str | None:
-        """Why to stop after `step` ("SIGTERM", "SIGINT", "preemption"), or None."""
-        reason = self.received
-        if jax.process_count() > 1:
-            anyone = multihost_utils.process_allgather(np.int32(reason is not None)).max() > 0
-            if anyone and reason is None:
-                reason = "a signal to another host"
-            if reason is None and manager is not None and manager.reached_preemption(step):
-                reason = "preemption"
+    def should_stop(self, step: int, manager: "ocp.CheckpointManager | None" = None,
+                    agree: bool = True) -> str | None:
+        """Why to stop after `step` ("SIGTERM", "SIGINT", "preemption", "a signal to another
+        host"), or None. On several hosts a signal counts only at a step where they `agree`
+        (every host passes the same value at the same step: it is a collective there)."""
+        if jax.process_count() == 1:
+            return self.received
+        reason = None
+        if agree:
+            signalled = multihost_utils.process_allgather(np.int32(self.received is not None))
+            if signalled.max() > 0:
+                reason = self.received or "a signal to another host"
+        if reason is None and manager is not None and manager.reached_preemption(step):
+            reason = "preemption"
         return reason
 
 

@@ -39,6 +39,7 @@ RECORDED = {
     ("bert_pretraining_step --size=base", "2026-11-26 10:58 UTC"),
     ("gpt2_step_and_generate --size=gpt2_small", "2026-11-26 10:58 UTC"),
     ("accelerator_step", "2026-11-26"),
+    ("multihost_loop --rounds=2 --steps=300", "2026-12-02 08:28 UTC"),
 }
 
 

@@ -1,12 +1,14 @@
 """A whole run on object storage, against a GCS emulator on loopback (tests/gcs.py): pretrain
 with --workdir=gs://... on a corpus on gs://, resume, refuse a second run, fine-tune from that
-workdir into another gs:// workdir, and report both; nothing lands in the local directory.
+workdir into another gs:// workdir with --predict, run one GLUE task from GLUE files on gs://
+into a gs:// workdir, and report; nothing lands in the local directory or under /gs/.
 The end-to-end tier also stops a run with SIGTERM and checks that the resumed run ends with
 the parameters of an uninterrupted one."""
 
 import json
 import logging
 import os
+import pathlib
 import shlex
 import signal
 import subprocess
@@ -124,20 +126,43 @@ def test_a_second_run_on_a_gs_workdir_is_refused(pretrained, corpus):
     assert steps(workdir) == [1, 2, 3]
 
 
+def local_shadow(gs_path):
+    """Where pathlib.Path puts a gs:// path on the local disk: /gs/BUCKET/PATH (what
+    pathlib.Path(epath.Path("gs://BUCKET/PATH")) is)."""
+    return pathlib.Path("/gs", gs_path.split("://", 1)[1])
+
+
+def write_unlabelled(path):
+    """A GLUE test split's layout: index, sentence; no label."""
+    rows = [f"{i}\t{text} {i}\n" for i, text in enumerate(TOPICS["Sports"] + TOPICS["Business"])]
+    files.write_text(path, "index\tsentence\n" + "".join(rows))
+    return path
+
+
 @pytest.mark.e2e
 def test_finetune_from_a_gs_workdir_and_report_both(gcs_bucket, pretrained):  # noqa: F811
+    """Fine-tuning with --predict into a gs:// workdir: the submission lands in the bucket
+    (it used to go through a local /gs/BUCKET/... folder, a PermissionError for a non-root
+    user, and the path printed was that local one)."""
     workdir, tmp_path = pretrained
     finetuned, topics = f"{gcs_bucket}/topics", write_topics(f"{gcs_bucket}/data/topics.tsv")
+    test = write_unlabelled(f"{gcs_bucket}/data/SST-2/test.tsv")
     tuned = run_tool(
         "bertjax.cli.finetune", "--gin_file=configs/finetune/bert_classification.gin",
         f"--init={workdir}", f"--train={topics}", f"--eval={topics}", f"--workdir={finetuned}",
-        "--noprogress", "--gin.finetune.max_seq_length=32", "--gin.finetune.epochs=1.0",
-        "--gin.finetune.batch_size=8", "--gin.finetune.eval_every=100", cwd=tmp_path)
+        f"--predict={test}", "--noprogress", "--gin.finetune.max_seq_length=32",
+        "--gin.finetune.epochs=1.0", "--gin.finetune.batch_size=8",
+        "--gin.finetune.eval_every=100", cwd=tmp_path)
     assert tuned.returncode == 0, tuned.stderr
     tuned_dir = files.as_path(finetuned)
-    assert {"eval_results.json", "predictions.jsonl", "init.txt", "best", "model.json"} <= {
-        p.name for p in tuned_dir.iterdir()}
+    assert {"eval_results.json", "predictions.jsonl", "init.txt", "best", "model.json",
+            "submission"} <= {p.name for p in tuned_dir.iterdir()}
     assert (tuned_dir / "init.txt").read_text().strip() == workdir
+    submission = (tuned_dir / "submission" / "SST-2.tsv").read_text().splitlines()
+    assert submission[0] == "index\tprediction" and len(submission) == 9
+    assert {row.split("\t")[1] for row in submission[1:]} <= set(TOPICS)
+    assert f"wrote {finetuned}/submission/SST-2.tsv" in tuned.stderr
+    assert not local_shadow(finetuned).exists()
 
     report = run_tool("bertjax.cli.report", finetuned, workdir,
                       f"--out={gcs_bucket}/report", "--noplot", cwd=tmp_path)
@@ -219,3 +244,34 @@ def test_an_unreachable_gs_workdir_is_one_line(tmp_path):
     assert lines[0].startswith("bertjax-train: JAX backend "), lines  # the run's lease comes next
     assert len(lines) == 2, result.stderr[-3000:]  # no gcsfs traceback around the error
     assert lines[1].startswith("bertjax-train: error: gs://unreachable/run cannot be reached ")
+
+
+def write_sst2(glue_dir):
+    """GLUE's SST-2 layout (sentence, label 0/1) on gs://: train.tsv and dev.tsv."""
+    rows = [f"{text} {n}\t{int(label == 'Sports')}\n" for n in range(2)
+            for label, texts in TOPICS.items() for text in texts]
+    for split in ("train", "dev"):
+        files.write_text(f"{glue_dir}/SST-2/{split}.tsv", "sentence\tlabel\n" + "".join(rows))
+    return glue_dir
+
+
+@pytest.mark.e2e
+def test_one_glue_task_with_data_and_workdir_on_gs(gcs_bucket, pretrained):  # noqa: F811
+    """bertjax-glue read --glue_dir=gs://... as a local path (gs:/BUCKET/...: 'is not a
+    directory') and made its runs' workdirs pathlib paths (/gs/BUCKET/...), which reached
+    the bucket only through etils mapping /gs/ back."""
+    workdir, tmp_path = pretrained
+    glue_dir, root = write_sst2(f"{gcs_bucket}/glue_data"), f"{gcs_bucket}/glue"
+    result = run_tool(
+        "bertjax.cli.glue", f"--init={workdir}", f"--glue_dir={glue_dir}", "--tasks=sst2",
+        f"--workdir={root}", "--noprogress", "--gin.finetune.max_seq_length=32",
+        "--gin.finetune.epochs=1.0", "--gin.finetune.batch_size=8", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"results: {root}/glue_results.md" in result.stdout
+    (rate,) = (files.as_path(root) / "SST-2").iterdir()
+    run = rate / "seed_0"
+    assert {"model.json", "checkpoints", "dev_predictions_SST-2.jsonl"} <= {
+        p.name for p in run.iterdir()}
+    scores = json.loads((files.as_path(root) / "glue_results.json").read_text())["scores"]
+    assert list(scores) == ["SST-2"] and len(scores["SST-2"]["SST-2"]["accuracy"]) == 1
+    assert not local_shadow(root).exists() and list(tmp_path.iterdir()) == []
