@@ -56,15 +56,18 @@ def plot_learning_curve(rows: list[dict[str, Any]], path: pathlib.Path) -> None:
     for ax, (model, approach) in zip(axes.flat, panels, strict=False):
         mine = [r for r in rows if (r["family"], r["approach"]) == (model, approach)]
         sizes = [r["labels"] for r in mine]
-        for init in ("pretrained", "random"):
+        color = COLORS.get(model, "black")
+        for init, marker in (("pretrained", "o"), ("random", "s")):
+            face = color if init == "pretrained" else "white"
             ax.plot(sizes, [statistics.fmean(r[init]) for r in mine], INIT_STYLE[init],
-                    color=COLORS.get(model, "black"), marker="o", ms=3, label=init)
+                    color=color, marker=marker, ms=6, mfc=face, label=f"{init} (mean)")
             for r in mine:
-                ax.plot([r["labels"]] * len(r[init]), r[init], ".",
-                        color=COLORS.get(model, "black"), alpha=0.35)
-        ax.plot(sizes, [r["bow_logreg"] for r in mine], ":", color="black",
+                ax.plot([r["labels"]] * len(r[init]), r[init], marker, color=color, ms=3,
+                        mfc=face, alpha=0.5)
+        ax.plot(sizes, [r["bow_logreg"] for r in mine], ":", color="black", marker="x",
                 label="TF-IDF logreg")
-        ax.plot(sizes, [r["bow_nb"] for r in mine], ":", color="gray", label="naive Bayes")
+        ax.plot(sizes, [r["bow_nb"] for r in mine], ":", color="gray", marker="+",
+                label="naive Bayes")
         ax.set_xscale("log")
         ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
         ax.set_xlabel("labelled items")
