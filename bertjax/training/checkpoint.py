@@ -130,6 +130,7 @@ class Checkpointer:
                  create: bool = True, quarantine: bool = False):
         self.directory = absolute(workdir) / "checkpoints"  # local or gs:// (files.py)
         self.quarantine = quarantine
+        self.state_bytes = 0  # what the last state saved takes (checkpoint_bytes)
         self.options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save,
             cleanup_tmp_directories=quarantine,  # a killed run's partial save: only its own
@@ -148,6 +149,7 @@ class Checkpointer:
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)
         )
+        self.state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
         with self._space_errors(step, state):
             return self.manager.save(step, args=args, force=force)
 
@@ -181,12 +183,16 @@ class Checkpointer:
                 if latest is not None else "no checkpoint was written")
 
     def checkpoint_bytes(self, state: TrainState | None) -> int:
-        """About what one checkpoint of `state` takes (the newest one's size, if local)."""
+        """About what one checkpoint of `state` takes (the newest one's size, if local; else
+        the state's, or that of the last state saved: a save that fails in the background is
+        reported by a later call that has no state at hand)."""
         latest = max(self._finished_steps(), default=None)
         if latest is not None and not is_remote(self.directory):
             files = pathlib.Path(self.directory / str(latest)).rglob("*")
             return sum(f.stat().st_size for f in files if f.is_file())
-        return sum(x.nbytes for x in jax.tree.leaves(state)) if state is not None else 0
+        if state is not None:
+            return sum(x.nbytes for x in jax.tree.leaves(state))
+        return self.state_bytes
 
     def _set_aside(self, step: int, why: str) -> None:
         """Move an unreadable checkpoint out of the way (process 0), warn, and forget it."""
@@ -300,10 +306,16 @@ class Checkpointer:
             self.manager.wait_until_finished()
 
     def close(self) -> None:
+        """Finish pending saves, then release the manager. A save that failed is reported
+        once, by `wait`: closing the manager raises the same failure again, unnamed (the
+        full disk's bare "[Errno 28]"), and that repeat is dropped."""
         try:
             self.wait()
-        finally:
-            self.manager.close()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.manager.close()
+            raise
+        self.manager.close()
 
 
 def abstract_like(tree: PyTree, shardings: PyTree) -> PyTree:

@@ -446,36 +446,38 @@ def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
     progress = ProgressBar(exp.num_steps, step, labels, enabled=run.show_progress)
     last_time, scalars, stopped = time.perf_counter(), {}, None
     tokens = real_tokens = 0  # token slots (padding included) and real tokens since the last log
-    while step < phase.end_step and not stopped:
-        batch = next(phase.batches)
-        slots = exp.batch_size * exp.source.padded_length(batch, phase.seq_length)
-        tokens, real_tokens = tokens + slots, real_tokens + _real_tokens(batch, slots)
-        state, metrics = trainer.step(state, trainer.device_batch(batch))
-        if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
-            guards.signals.started()
-        step, index = step + 1, index + exp.batch_size
-        run.position = {"phase": run.position["phase"], "example_index": index}
-        stopped = guards.stop_reason(step, metrics)
-        if step % exp.log_every == 0 or step == phase.end_step or stopped:
-            now = time.perf_counter()
-            scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            scalars.setdefault("param_norm", float(trainer.param_norm(state)))  # log steps only
-            scalars["tokens_per_second"] = tokens / (now - last_time)
-            scalars["real_tokens_per_second"] = real_tokens / (now - last_time)
-            scalars["seq_length"] = phase.seq_length
-            scalars["skipped_steps"] = guards.check_nonfinite()
-            run.writer.write(step, scalars)
-            progress.update(step, scalars)
-            guards.raise_failure()
-            last_time, tokens, real_tokens = now, 0, 0
-        else:
-            progress.update(step, None)
-        if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
-            progress.note(evaluation(step, state))
-        if stopped or (step % exp.checkpoint_every == 0 and step < exp.num_steps):
-            run.checkpointer.save(step, state, run.position, force=bool(stopped))
-            run.writer.flush()
-    progress.close()
+    try:
+        while step < phase.end_step and not stopped:
+            batch = next(phase.batches)
+            slots = exp.batch_size * exp.source.padded_length(batch, phase.seq_length)
+            tokens, real_tokens = tokens + slots, real_tokens + _real_tokens(batch, slots)
+            state, metrics = trainer.step(state, trainer.device_batch(batch))
+            if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
+                guards.signals.started()
+            step, index = step + 1, index + exp.batch_size
+            run.position = {"phase": run.position["phase"], "example_index": index}
+            stopped = guards.stop_reason(step, metrics)
+            if step % exp.log_every == 0 or step == phase.end_step or stopped:
+                now = time.perf_counter()
+                scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                scalars.setdefault("param_norm", float(trainer.param_norm(state)))  # log steps only
+                scalars["tokens_per_second"] = tokens / (now - last_time)
+                scalars["real_tokens_per_second"] = real_tokens / (now - last_time)
+                scalars["seq_length"] = phase.seq_length
+                scalars["skipped_steps"] = guards.check_nonfinite()
+                run.writer.write(step, scalars)
+                progress.update(step, scalars)
+                guards.raise_failure()
+                last_time, tokens, real_tokens = now, 0, 0
+            else:
+                progress.update(step, None)
+            if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
+                progress.note(evaluation(step, state))
+            if stopped or (step % exp.checkpoint_every == 0 and step < exp.num_steps):
+                run.checkpointer.save(step, state, run.position, force=bool(stopped))
+                run.writer.flush()
+    finally:  # a failing run's one line comes after the bar's, not glued to it
+        progress.close()
     return state, scalars, stopped
 
 
