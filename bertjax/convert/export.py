@@ -308,7 +308,8 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
         raise ExportError(f"unknown --dtype={dtype!r}: use one of {', '.join(DTYPES)}")
     out = files.as_path(out)
     workdir, record = read_run_record(checkpoint)
-    destination.check(out, overwrite, workdir)
+    with files.reaching(out):  # a gs:// --out that cannot be reached: one line naming it
+        destination.check(out, overwrite, workdir)
     family = record["family"]
     if (family == "elmo") != (format == "bilm"):
         fix = ("ELMo has no transformers counterpart: export it with --format=bilm"
