@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from families_study import interrupts
 from families_study.config import Study
 from families_study.data import StudyData, read_texts
 from families_study.plan import Downstream
@@ -54,6 +55,10 @@ def _finetune(job: Downstream, study: Study, init: str, data: StudyData,
     recipe = Recipe(job.family, TASK_TYPES[job.task], **settings)
     train, evaluation = task_files(job.task, data)
     outcome = run(recipe, init, str(train), str(evaluation), workdir)
+    if outcome.result.stopped:  # a signal (the run watches them): saved, not finished
+        raise interrupts.StudyInterrupted(outcome.result.stopped)
+    if outcome.result.late_signal:  # finished: recorded, then the study stops
+        interrupts.note(outcome.result.late_signal)
     return outcome.results.get("final", {})
 
 

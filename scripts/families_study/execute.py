@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from families_study import interrupts
 from families_study.config import REPO, Study
 from families_study.data import StudyData
 from families_study.downstream import DONE, run_downstream
@@ -70,7 +71,10 @@ def environment(root: pathlib.Path) -> dict[str, str]:
 
 
 def pretrain(run: Pretraining, root: pathlib.Path, data: StudyData, log: Log) -> float:
-    """Run (or resume) one pretraining; its wall seconds, recorded in its study.json."""
+    """Run (or resume) one pretraining; its wall seconds, recorded in its study.json once
+    its last step is saved (not when a signal stopped it: the rerun resumes it)."""
+    from bertjax.training.workdir import latest_checkpoint
+
     workdir = root / run.workdir
     done = workdir / DONE
     if done.is_file():
@@ -78,13 +82,22 @@ def pretrain(run: Pretraining, root: pathlib.Path, data: StudyData, log: Log) ->
     command = train_command(run, root, data)
     log(f"pretrain {run.workdir} ({run.steps} steps)")
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=REPO, env=environment(root), capture_output=True,
-                            text=True)
+    process = interrupts.start(command, cwd=REPO, env=environment(root),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate()
+    finally:
+        interrupts.finished(process)
     seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"pretraining {run.workdir} failed (exit {result.returncode}): "
+    interrupts.check()  # the study was stopped: the run saved where it was
+    tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+    if process.returncode != 0:
+        raise RuntimeError(f"pretraining {run.workdir} failed (exit {process.returncode}): "
                            f"{tail}")
+    saved = latest_checkpoint(workdir)
+    if saved != run.steps:  # a signal to the run alone stopped it
+        raise RuntimeError(f"pretraining {run.workdir} stopped at step {saved} of {run.steps} "
+                           f"({tail}): rerun the study to resume it")
     workdir.mkdir(parents=True, exist_ok=True)
     record = {"command": command[1:], "seconds": round(seconds, 1), "steps": run.steps}
     (workdir / DONE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -126,15 +139,19 @@ def execute(plan: Plan, study: Study, root: pathlib.Path, data: StudyData, log: 
     from families_study.senses import run_senses
 
     use_compilation_cache(root)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         for future in [pool.submit(pretrain, run, root, data, log) for run in plan.pretraining]:
-            future.result()  # the first failure stops the study, with its message
+            future.result()  # the first failure or signal stops the study, with its message
+    finally:  # no run waiting its turn starts; the runs under way end (saved, on a signal)
+        pool.shutdown(wait=True, cancel_futures=True)
     for run in plan.pretraining:
         score_held_out(run, study, root, data, log)
     for n, job in enumerate(plan.downstream, 1):
         if not (root / job.workdir / DONE).is_file():
             log(f"downstream {n}/{len(plan.downstream)}: {job.workdir}")
         run_downstream(job, study, root, data)
+        interrupts.check()  # a signal its run took after its last step
     if not study.polysemy:
         return
     for seed in range(study.seeds):
