@@ -232,9 +232,13 @@ def _check_features(exp: Experiment, seq_length: int) -> None:
 
 
 def run_facts(exp: Experiment) -> dict[str, Any]:
-    """What model.json records of the data a run trains on (a resume announces changes)."""
+    """What model.json records of the data a run trains on (a resume announces changes): the
+    batch size, the corpus and, for a source that packs rows (BERT pretraining), how many
+    sequences a row holds (0: unpacked)."""
     corpus = exp.source.corpus_name
-    return {"batch_size": exp.batch_size, **({"corpus": corpus} if corpus else {})}
+    packed = getattr(exp.source, "packed_sequences", None)
+    return {"batch_size": exp.batch_size, **({"corpus": corpus} if corpus else {}),
+            **({"packed_sequences": packed} if packed is not None else {})}
 
 
 def check_run(exp: Experiment, mesh: Mesh, workdir: Path) -> None:
