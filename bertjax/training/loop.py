@@ -352,7 +352,8 @@ def _train_phases(run: _RunContext, mesh: Mesh, initial_params: Callable[[Params
             run.writer.resume_from(start_step)
             run.writer.open()  # before the first step: an unwritable metrics file fails now
             signals.check()
-            _record(exp, run.workdir)
+            if start_step == 0 or start_step < exp.num_steps:  # a finished run trains no
+                _record(exp, run.workdir)  # step on this data: its record stays as it was
         if int(state.step) >= end_step:
             continue
         if run.position["phase"] != index:  # a new phase starts its stream (and carry) anew
