@@ -277,10 +277,12 @@ def _write_bilm(trained: Trained, out: pathlib.Path, encoder_only: bool) -> list
     if trained.config.token_encoder != "char_cnn":
         raise ExportError(f"{trained.workdir} holds a word-input ELMo: bilm-tf's layout is "
                           "for character-CNN biLMs (elmo_config.token_encoder='char_cnn')")
+    tokenizer = trained.record.get("tokenizer") or {}
     elmo_hdf5.save_bilm_hdf5(trained.config, params, out / "options.json",
-                             out / "weights.hdf5", softmax=not trained.fine_tuned)
+                             out / "weights.hdf5", softmax=not trained.fine_tuned,
+                             word_tokenizer=tokenizer.get("word_tokenizer"))
     written = ["options.json", "weights.hdf5"]
-    vocab = (trained.record.get("tokenizer") or {}).get("files", {}).get("vocab")
+    vocab = tokenizer.get("files", {}).get("vocab")
     if vocab and (trained.workdir / vocab).is_file():
         shutil.copyfile(trained.workdir / vocab, out / "vocab.txt")
         written.append("vocab.txt")

@@ -154,7 +154,8 @@ def _from_google(path: pathlib.Path, family: str, lower_case: bool | None) -> Pr
 def _from_bilm_files(options: pathlib.Path, weights: pathlib.Path, family: str) -> Pretrained:
     _check_family("elmo", family, weights)
     config, params = elmo_hdf5.load_bilm_hdf5(options, weights)
-    return Pretrained("elmo", config, params, None, f"{options},{weights}")
+    return Pretrained("elmo", config, params, None, f"{options},{weights}",
+                      elmo_hdf5.word_tokenizer_of(options))  # the run's, if bertjax's export
 
 
 def _check_family(found: str, family: str, path: str | os.PathLike) -> None:
