@@ -38,6 +38,16 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or does not fit the configured model."""
 
 
+class NoReadableCheckpointError(CheckpointError):
+    """Every checkpoint under `directory` is unreadable (`detail` says which): the run that
+    holds the workdir starts again in a new one; a reader's tool names the path it was given
+    as the fault."""
+
+    def __init__(self, directory: Path, detail: str, fix: str) -> None:
+        super().__init__(f"no readable checkpoint in {directory} ({detail}): {fix}")
+        self.directory, self.detail = directory, detail
+
+
 class CorruptCheckpointError(Exception):
     """A checkpoint that cannot be read (truncated files, garbled metadata, an empty step)."""
 
@@ -261,11 +271,16 @@ class Checkpointer:
                                     unreadable[chosen])
 
     def _none_readable(self, unreadable: dict[int, str]) -> CheckpointError:
+        """The run's own workdir (quarantine) can only start again elsewhere; a reader was
+        given a run it cannot read, and says so (its tool names the flag)."""
+        steps = ", ".join(map(str, sorted(unreadable)))
+        if not self.quarantine:
+            return NoReadableCheckpointError(self.directory, f"unreadable, left in place: "
+                                             f"{steps or 'none'}", "pass another run")
         corrupt = sorted(p.name for p in self.directory.glob("corrupt-*"))
-        skipped = f"; unreadable: {', '.join(map(str, sorted(unreadable)))}" if unreadable else ""
-        return CheckpointError(
-            f"no readable checkpoint in {self.directory} (set aside: "
-            f"{', '.join(corrupt) or 'none'}{skipped}): start again in a new --workdir")
+        return NoReadableCheckpointError(
+            self.directory, f"set aside: {', '.join(corrupt) or 'none'}"
+            + (f"; unreadable: {steps}" if steps else ""), "start again in a new --workdir")
 
     def _vanished(self, step: int, wait: float = 1.0) -> bool:
         """True when checkpoint `step` is gone, or goes within `wait` seconds (a deletion under

@@ -255,6 +255,30 @@ def test_restore_for_inference_falls_back_and_moves_nothing(four_steps, tmp_path
     assert len(warned) == 1 and "left in place" in warned[0], warned
 
 
+def test_an_init_with_no_readable_checkpoint_is_named_as_the_fault(four_steps, tmp_path):
+    """bertjax-finetune --init of a run whose every checkpoint is unreadable said "start again
+    in a new --workdir", which was fine: the --init is what to change."""
+    init = copy_of(four_steps, tmp_path)
+    for step_dir in (init / "checkpoints").iterdir():
+        for file in data_files(step_dir):
+            truncate(file)
+    before = listing(init)
+    rows = "".join(f"the {word} rose\t{word}\n" for word in ("team", "market") * 4)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + rows)
+    workdir = tmp_path / "finetuned"
+    result = run_tool("bertjax.cli.finetune", "--gin_file=configs/finetune/bert_classification.gin",
+                      f"--init={init}", f"--train={tmp_path / 'train.tsv'}",
+                      f"--eval={tmp_path / 'train.tsv'}", f"--workdir={workdir}", "--noprogress",
+                      cwd=REPO)
+    errors = [x for x in result.stderr.splitlines() if "error:" in x]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-3000:]
+    assert errors[0] == (
+        f"bertjax-finetune: error: --init={init} has no readable checkpoint "
+        f"({init / 'checkpoints'}: unreadable, left in place: 2, 4): pass another --init, or "
+        "restore that run's checkpoints from a copy"), errors[0]
+    assert listing(init) == before and not workdir.exists()
+
+
 def vanishing(monkeypatch, step_dir):
     """Make the next read of `step_dir` find it deleted half-way, as a run that keeps only its
     newest checkpoints deletes an old one while a reader reads it."""
