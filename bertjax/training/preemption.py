@@ -47,6 +47,7 @@ def began_training() -> bool:
 
 
 def forget_training() -> None:
+    """A new tool run starts (tests run several in one process): no training has begun."""
     global _began
     _began = False
 
