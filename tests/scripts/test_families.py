@@ -240,7 +240,7 @@ def study_process(root, patch, *args, env=None):
     session of its own (a terminal's foreground group), with `patch` (Python, run first on
     families_study.execute) standing in for what would take minutes."""
     source = "\n".join(["import runpy, sys", "sys.path.insert(0, 'scripts')",
-                        "from families_study import execute, tables", patch,
+                        "from families_study import execute", patch,
                         "sys.argv = ['scripts/families.py', *sys.argv[1:]]",
                         "runpy.run_path('scripts/families.py', run_name='__main__')"])
     return subprocess.Popen([sys.executable, "-c", source, f"--root={root}", "--quick", *args],
@@ -305,8 +305,10 @@ def test_the_study_process_is_as_quiet_as_a_tool(tmp_path, agnews_dir, squad_dev
     import re
 
     in_process = ("def runs(*args, **kwargs):\n    import logging, jax, tensorflow\n"
-                  "    jax.devices()\n    logging.warning('a warning from a run')\n"
-                  "execute.execute = runs\ntables.write_report = lambda *args: []")
+                  "    from families_study import tables\n    jax.devices()\n"
+                  "    logging.warning('a warning from a run')\n"
+                  "    tables.write_report = lambda *args: []\n"
+                  "execute.execute = runs")
     env = {k: v for k, v in process_env().items()  # a user's shell sets neither
            if k not in ("TF_CPP_MIN_LOG_LEVEL", "JAX_PLATFORMS")}
     study = study_process(tmp_path / "study", in_process, env=env)
