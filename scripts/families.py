@@ -14,8 +14,10 @@ paired differences with 95% intervals; a polysemy view; tables and plots.
 
 The study's sizes and budgets are a gin file (--study, default configs/studies/
 families_cpu.gin; --gin.families_study.NAME=VALUE changes one). Re-running resumes: finished
-runs are skipped. --dry_run prints the plan. --compile runs bertjax-compile on each model for
-the study's target (families_study.compile_mesh) and exits 1 when one does not fit.
+runs are skipped. Ctrl-C or SIGTERM stops the study at once (exit 130): the runs under way save
+a checkpoint where they are, and no other starts. --dry_run prints the plan. --compile runs
+bertjax-compile on each model for the study's target (families_study.compile_mesh) and exits 1
+when one does not fit.
 --publish=DIR copies the report's tables and plots there (docs/families/). The shared data
 is read from --data (default ../shared/data, from the repository root).
 """
@@ -31,6 +33,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from families_study import config as config_lib  # noqa: E402
 from families_study import data as data_lib  # noqa: E402
+from families_study import interrupts  # noqa: E402
 from families_study.plan import make_plan  # noqa: E402
 
 QUICK = "configs/studies/families_quick.gin"
@@ -124,6 +127,35 @@ def check_root(given: str, root: pathlib.Path, plan: object, report_only: bool) 
     return None
 
 
+def prepare_process() -> None:
+    """This process as a bertjax tool's (bertjax.cli.process): TensorFlow's start-up lines
+    hidden, JAX on the CPU of a host without an accelerator (no TPU probe and its errors),
+    and Python warnings in absl's form at WARNING, as the tools show them (not "WARNING:root:")."""
+    from absl import flags
+    from absl import logging as absl_logging
+
+    from bertjax.cli.process import prepare_tool_process
+
+    prepare_tool_process()
+    flags.FLAGS.mark_as_parsed()  # argparse reads this script's flags; absl has none to read
+    absl_logging.use_absl_handler()
+    absl_logging.set_verbosity(absl_logging.WARNING)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """`main` in a process set up as a tool's, stopped at once by Ctrl-C or SIGTERM (exit 130,
+    one line; scripts/families_study/interrupts.py)."""
+    prepare_process()
+    with interrupts.watch():
+        try:
+            return main(argv)
+        except KeyboardInterrupt as err:  # interrupts.StudyInterrupted, or a lost one's flag
+            why = interrupts.received() or str(err) or "SIGINT"
+            print(f"{PROGRAM}: interrupted ({why}): the runs under way saved where they "
+                  "stopped; rerun the same command to resume", file=sys.stderr, flush=True)
+            return 130
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     study_file = QUICK if args.quick else (args.study or DEFAULT)
@@ -173,4 +205,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -4,6 +4,7 @@ final metrics, its gin settings and, for a fine-tuning run, the pretraining run 
     WORKDIR/metrics.jsonl      {"step": N, scalar: value, ...} per logged step (dev_* at evals)
     WORKDIR/eval_results.json  fine-tuning: {"best": {...}, "final": {...}}
     WORKDIR/config.gin         the operative gin config
+    WORKDIR/model.json         the model's config (for settings the gin file leaves unbound)
     WORKDIR/init.txt           fine-tuning: the --init it started from (bertjax-finetune)
 """
 
@@ -14,11 +15,14 @@ import json
 import math
 import os
 import re
+from typing import Any
 
 from bertjax import files
 from bertjax.training.metrics import MetricsError, read_metrics
 
 METRICS, RESULTS, CONFIG, INIT = "metrics.jsonl", "eval_results.json", "config.gin", "init.txt"
+RECORD = "model.json"
+PRETRAIN = "pretrain_"  # a fine-tuning run's columns of the pretraining run it started from
 # Bookkeeping scalars a results table leaves out (they are in metrics.jsonl for whoever wants).
 NOT_RESULTS = ("step", "grad_norm", "param_norm", "nonfinite", "skipped_steps", "seq_length",
                "tokens_per_second", "real_tokens_per_second", "learning_rate")
@@ -39,6 +43,7 @@ class Run:
     results: dict
     gin: dict[str, str]
     init: Run | None = None
+    model_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # model.json's
 
     @property
     def name(self) -> str:
@@ -63,8 +68,30 @@ class Run:
         if "mlm_loss" in out:
             out["mlm_perplexity"] = math.exp(out["mlm_loss"])
         if self.init is not None:
-            out.update({f"pretrain_{k}": v for k, v in self.init.final(last).items()})
+            out.update({f"{PRETRAIN}{k}": v for k, v in self.init.final(last).items()})
         return out
+
+    def settings(self) -> dict[str, str]:
+        """The gin bindings (macros resolved), and the pretraining run's as pretrain_NAME."""
+        own = _resolved(self.gin)
+        if self.init is None:
+            return own
+        return {**{PRETRAIN + k: v for k, v in self.init.settings().items()}, **own}
+
+    def unbound(self, key: str) -> str | None:
+        """What the run used for a setting (`settings`' name) its config.gin does not bind:
+        a model config's field left at its size's value (`bert_config.hidden_size`, an
+        override only other runs set), read from model.json; None when unknown."""
+        if key.startswith(PRETRAIN):
+            return self.init.unbound(key[len(PRETRAIN):]) if self.init else None
+        name, _, field = key.rpartition(".")
+        if not name.endswith("_config"):
+            return None
+        nested = [v for v in self.model_config.values() if isinstance(v, dict)]
+        for fields in (self.model_config, *nested):  # BERT's and GPT's Transformer fields
+            if field in fields:
+                return gin_value(fields[field])
+        return None
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of one scalar over the run."""
@@ -121,7 +148,25 @@ def load_run(path: str | os.PathLike, follow_init: bool = True) -> Run:
         source = files.as_path(init_file.read_text(encoding="utf-8").strip())
         if (source / METRICS).is_file():
             init = load_run(source, follow_init=False)
-    return Run(path, read_history(path), results, read_gin(path), init)
+    return Run(path, read_history(path), results, read_gin(path), init, _model_config(path))
+
+
+def _model_config(path: files.Path) -> dict[str, Any]:
+    """The model config model.json records ({} without a readable one: it only fills in
+    settings a run left unbound)."""
+    try:
+        config = json.loads((path / RECORD).read_text(encoding="utf-8")).get("config")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def gin_value(value: Any) -> str:
+    """`value` as config.gin writes it (JSON's lists were the config's tuples)."""
+    if isinstance(value, list | tuple):
+        inner = ", ".join(gin_value(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return repr(value)
 
 
 def name_bindings(name: str) -> dict[str, str] | None:
@@ -141,21 +186,32 @@ def _resolved(gin: dict[str, str]) -> dict[str, str]:
 
 def swept_bindings(runs: list[Run]) -> list[dict[str, str]]:
     """Per run, the settings that tell it apart: its workdir name's NAME=VALUE pairs when every
-    run is named so, else the gin bindings (its own and its pretraining run's) whose values
-    differ between the runs (a binding only some runs have, always with the same value, is
-    left out, and so is a repeat of an earlier column), under their last name part where that
-    is unambiguous."""
+    run is named so, else the gin bindings whose values differ between the runs, its
+    pretraining run's as pretrain_NAME. A setting a run leaves unbound takes the value it used
+    (`Run.unbound`: a model config's field from model.json), so one bound in a single run
+    shows; one whose value is not known there shows "-", and counts only where bound (a
+    binding only some runs have, always with the same value, is left out). A repeat of an
+    earlier column is left out; names are shortened to their last part where unambiguous."""
     named = [name_bindings(run.name) for run in runs]
     if all(named):
         return named
-    merged = [_resolved({**(run.init.gin if run.init else {}), **run.gin}) for run in runs]
+    merged = [run.settings() for run in runs]
     keys = sorted({k for gin in merged for k in gin})
+    filled = [{k: gin[k] if k in gin else run.unbound(k) for k in keys}
+              for run, gin in zip(runs, merged, strict=True)]
     varying, seen = [], set()
     for key in keys:
-        column = tuple(gin.get(key, "-") for gin in merged)
-        if len({gin[key] for gin in merged if key in gin}) > 1 and column not in seen:
+        column = tuple(values[key] or "-" for values in filled)
+        if len({values[key] for values in filled} - {None}) > 1 and column not in seen:
             varying.append(key)  # a column equal to an earlier one (NSP, use_nsp) shows once
             seen.add(column)
-    last = [k.rsplit(".", 1)[-1] for k in varying]
-    short = {k: part if last.count(part) == 1 else k for k, part in zip(varying, last, strict=True)}
-    return [{short[k]: gin.get(k, "-") for k in varying} for gin in merged]
+    short = {k: _short(k) for k in varying}
+    names = list(short.values())
+    return [{short[k] if names.count(short[k]) == 1 else k: values[k] or "-" for k in varying}
+            for values in filled]
+
+
+def _short(key: str) -> str:
+    """A setting's column name: its last part (pretrain_ kept)."""
+    prefix = PRETRAIN if key.startswith(PRETRAIN) else ""
+    return prefix + key[len(prefix):].rsplit(".", 1)[-1]

@@ -4,7 +4,8 @@
         --output=embeddings.npz [--layers=all|average|top|token] [--mix_weights=0.2,0.3,0.5]
     bertjax-embed --checkpoint=elmo_weights.hdf5 --options=elmo_options.json ...   # bilm-tf files
 
-One sentence per line, tokenized as the model was trained (whitespace for bilm-tf files).
+One sentence per line, tokenized as the model was trained (as bertjax's exported options.json
+says; whitespace for bilm-tf's own files).
 The .npz has one array per embedded line, keyed by its 0-based line number: [K, n, 2P] for
 --layers=all, [n, 2P] for a mix, [n, P] for the static token vectors. Empty lines are skipped
 and reported, and the exit status is then 1 (the other lines are still written).

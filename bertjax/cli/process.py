@@ -45,8 +45,9 @@ def has_accelerator() -> bool:
 
 
 class _QuietLoader(importlib.abc.Loader):
-    """Runs TensorFlow's own loader with file descriptor 2 captured (replayed on failure),
-    then hides the GPUs from TensorFlow."""
+    """Runs TensorFlow's own loader with file descriptor 2 captured (replayed on failure, but
+    not on Ctrl-C or SIGTERM: an interrupted import is no failure to explain), then hides the
+    GPUs from TensorFlow."""
 
     def __init__(self, loader: importlib.abc.Loader):
         self.loader = loader
@@ -62,6 +63,8 @@ class _QuietLoader(importlib.abc.Loader):
                 module.__loader__ = module.__spec__.loader = self.loader  # resources, reloads
                 self.loader.exec_module(module)
                 module.config.set_visible_devices([], "GPU")
+            except KeyboardInterrupt:
+                raise
             except BaseException:
                 os.dup2(saved_stderr, 2)
                 captured.seek(0)

@@ -38,7 +38,8 @@ def define_flags() -> None:
                        "Directory for report.md, report.csv and curves.png (default: only print "
                        "the table).")
     runner.define_once(flags.DEFINE_integer, "last", 5,
-                       "Training metrics are averaged over this many last logged steps.")
+                       "Training metrics are averaged over this many last logged steps.",
+                       lower_bound=1)
     runner.define_once(flags.DEFINE_bool, "plot", True, "Draw curves.png (needs matplotlib).")
     runner.define_once(flags.DEFINE_bool, "over_seeds", False,
                        "One row per group of runs that differ only by seed (CELL/seed=N): "
@@ -50,6 +51,8 @@ def report(run_dirs: list[str], out: str | None, last: int = 5, plot: bool = Tru
     """Read the runs, write the report files into `out` (if given); the markdown table."""
     if not run_dirs:
         raise ValueError(f"no run directories given: {PROGRAM} WORKDIR... [--out=DIR]")
+    if out:
+        _check_out(files.as_path(out))
     runs = [load_run(path) for path in run_dirs]
     if over_seeds:
         summary = seed_summary(runs, last=last)
@@ -69,6 +72,17 @@ def report(run_dirs: list[str], out: str | None, last: int = 5, plot: bool = Tru
                 except ImportError as err:  # the table stands without the picture
                     print(f"{PROGRAM}: no curves.png: {err}")
     return text
+
+
+def _check_out(directory: files.Path) -> None:
+    """One line when --out, or the nearest of its parents that exists, is not a directory."""
+    for folder in (directory, *directory.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is" if folder == directory else f"lies under {folder}, which is"
+                raise ValueError(f"--out={directory} {where} a file: pass a directory to write "
+                                 "report.md, report.csv and curves.png into")
+            return
 
 
 @contextlib.contextmanager

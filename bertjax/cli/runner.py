@@ -122,6 +122,7 @@ def guarded(program: str, main: Callable[..., None],
         if not FLAGS["verbosity"].present:  # progress lines only; --verbosity=0 shows INFO logs
             absl_logging.set_verbosity(absl_logging.WARNING)
         quiet_orbax_failures()  # orbax's tracebacks of a failure the tool says in one line
+        preemption.forget_training()
         try:
             with _terminate_as_interrupt():
                 if cli.tool_name() is not None and program not in cli.TRAINING_TOOLS:
@@ -130,12 +131,20 @@ def guarded(program: str, main: Callable[..., None],
         except (ValueError, OSError) as err:
             fail(program, err)
         except preemption.Interrupted as err:  # a training tool, before training started
-            exit_interrupted(f"{program}: interrupted before training started ({err}): "
-                             "nothing was saved")
-        except KeyboardInterrupt:
-            exit_interrupted(f"{program}: interrupted")
+            exit_interrupted(interrupted_line(program, str(err)))
+        except KeyboardInterrupt as err:  # Ctrl-C (no name), or SIGTERM (_Terminated's)
+            exit_interrupted(interrupted_line(program, str(err) or "SIGINT"))
 
     return run_main
+
+
+def interrupted_line(program: str, why: str) -> str:
+    """The line of a tool that a signal `why` ("SIGINT") ended: a training tool that has not
+    started training says that nothing was saved (docs/faults.md), whatever it was doing
+    (reading its configuration, importing TensorFlow), before its run watched the signals."""
+    if program in cli.TRAINING_TOOLS and not preemption.began_training():
+        return f"{program}: interrupted before training started ({why}): nothing was saved"
+    return f"{program}: interrupted"
 
 
 def exit_interrupted(line: str) -> None:

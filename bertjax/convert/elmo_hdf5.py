@@ -17,6 +17,11 @@ HDF5 datasets (bilm-tf's `dump_weights`; the released elmo_*_weights.hdf5 files)
 
 Our LSTM orders gates i, f, j, o and stores the forget bias in `b`, so import reorders the
 gate blocks and adds 1.0 to f (export does the reverse).
+
+bertjax's export adds one key to the options, `word_tokenizer`: how its run split sentences into
+words ("simple" or "whitespace", bertjax.tokenizers.elmo_vocab), so fine-tuning and embedding
+from the files split text as the biLM was trained. bilm-tf and AllenNLP ignore it; files without
+it (bilm-tf's own) take whitespace-tokenized text.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import h5py
 import numpy as np
 
 from bertjax.models.elmo import ElmoConfig
+from bertjax.tokenizers.elmo_vocab import TOKENIZERS
 from bertjax.typing import PyTree
 
 # Our gate g is TF's gate TF_TO_OURS[g]: (i, f, j, o) from (i, j, f, o).
@@ -173,16 +179,36 @@ def load_bilm_hdf5(options_path: str | os.PathLike, weights_path: str | os.PathL
     return cfg, params
 
 
+def word_tokenizer_of(options_path: str | os.PathLike) -> str:
+    """How text is split into words for the biLM of these options: the run's tokenizer that
+    bertjax's export recorded, else whitespace (bilm-tf's files: pre-tokenized text)."""
+    options_path = pathlib.Path(options_path)
+    try:
+        found = json.loads(options_path.read_text(encoding="utf-8")).get(
+            "word_tokenizer", "whitespace")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as err:
+        raise WeightFileError(f"{options_path}: cannot read ELMo options ({err}): pass bilm-tf's "
+                              "options JSON") from err
+    if found not in TOKENIZERS:
+        raise WeightFileError(f"{options_path}: word_tokenizer {found!r} is none of "
+                              f"{', '.join(TOKENIZERS)}: export the run again")
+    return found
+
+
 def save_bilm_hdf5(config: ElmoConfig, params: dict[str, Any], options_path: str | os.PathLike,
-                   weights_path: str | os.PathLike, softmax: bool = True) -> None:
-    """Write a char-CNN ElmoBiLM's params in the layout `load_bilm_hdf5` (and AllenNLP) read."""
+                   weights_path: str | os.PathLike, softmax: bool = True,
+                   word_tokenizer: str | None = None) -> None:
+    """Write a char-CNN ElmoBiLM's params in the layout `load_bilm_hdf5` (and AllenNLP) read;
+    `word_tokenizer`: the run's, kept in the options (see the module docstring)."""
     if config.token_encoder != "char_cnn":
         raise WeightFileError("only char-CNN ELMo models have a bilm-tf weight layout: set "
                               "elmo_config.token_encoder = 'char_cnn'")
     params = _to_numpy(params)
     enc = params["token_encoder"]
-    pathlib.Path(options_path).write_text(json.dumps(options_from_config(config), indent=1),
-                                          encoding="utf-8")
+    options = options_from_config(config)
+    if word_tokenizer is not None:
+        options["word_tokenizer"] = word_tokenizer
+    pathlib.Path(options_path).write_text(json.dumps(options, indent=1), encoding="utf-8")
     with h5py.File(weights_path, "w") as f:
         f["char_embed"] = enc["char_embed"]["embedding"][1:]
         for i in range(len(config.char_filters)):

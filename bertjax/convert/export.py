@@ -282,10 +282,12 @@ def _write_bilm(trained: Trained, out: pathlib.Path, encoder_only: bool) -> list
     if trained.config.token_encoder != "char_cnn":
         raise ExportError(f"{trained.workdir} holds a word-input ELMo: bilm-tf's layout is "
                           "for character-CNN biLMs (elmo_config.token_encoder='char_cnn')")
+    tokenizer = trained.record.get("tokenizer") or {}
     elmo_hdf5.save_bilm_hdf5(trained.config, params, out / "options.json",
-                             out / "weights.hdf5", softmax=not trained.fine_tuned)
+                             out / "weights.hdf5", softmax=not trained.fine_tuned,
+                             word_tokenizer=tokenizer.get("word_tokenizer"))
     written = ["options.json", "weights.hdf5"]
-    vocab = (trained.record.get("tokenizer") or {}).get("files", {}).get("vocab")
+    vocab = tokenizer.get("files", {}).get("vocab")
     if vocab and (trained.workdir / vocab).is_file():
         shutil.copyfile(files.local_copy(trained.workdir / vocab), out / "vocab.txt")
         written.append("vocab.txt")
@@ -313,7 +315,8 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
         raise ExportError(f"unknown --dtype={dtype!r}: use one of {', '.join(DTYPES)}")
     out = files.as_path(out)
     workdir, record = read_run_record(checkpoint)
-    destination.check(out, overwrite, workdir)
+    with files.reaching(out):  # a gs:// --out that cannot be reached: one line naming it
+        destination.check(out, overwrite, workdir)
     family = record["family"]
     if (family == "elmo") != (format == "bilm"):
         fix = ("ELMo has no transformers counterpart: export it with --format=bilm"

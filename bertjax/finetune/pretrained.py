@@ -29,7 +29,7 @@ from bertjax.tokenizers.elmo_vocab import ElmoVocabulary
 from bertjax.tokenizers.openai_bpe import OpenAIGptBPE
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 from bertjax.training import workdir as workdir_lib
-from bertjax.training.checkpoint import load_trained
+from bertjax.training.checkpoint import NoReadableCheckpointError, load_trained
 from bertjax.typing import Params
 
 Tokenizer = WordPieceVocabulary | ByteLevelBPE | OpenAIGptBPE | ElmoVocabulary
@@ -90,7 +90,12 @@ def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
     each with its loader here), which must be `family`."""
     found = workdir_lib.read_record(path)["family"]
     _check_family(found, family, path)
-    return WORKDIR_LOADERS[found](path)
+    try:
+        return WORKDIR_LOADERS[found](path)
+    except NoReadableCheckpointError as err:  # the --init is at fault, not a --workdir
+        raise InitError(f"--init={path} has no readable checkpoint ({err.directory}: "
+                        f"{err.detail}): pass another --init, or restore that run's "
+                        "checkpoints from a copy") from None
 
 
 def _read_json(file: pathlib.Path) -> dict[str, Any]:
@@ -154,7 +159,8 @@ def _from_google(path: pathlib.Path, family: str, lower_case: bool | None) -> Pr
 def _from_bilm_files(options: pathlib.Path, weights: pathlib.Path, family: str) -> Pretrained:
     _check_family("elmo", family, weights)
     config, params = elmo_hdf5.load_bilm_hdf5(options, weights)
-    return Pretrained("elmo", config, params, None, f"{options},{weights}")
+    return Pretrained("elmo", config, params, None, f"{options},{weights}",
+                      elmo_hdf5.word_tokenizer_of(options))  # the run's, if bertjax's export
 
 
 def _check_family(found: str, family: str, path: str | os.PathLike) -> None:

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax import files
-from bertjax.convert.elmo_hdf5 import load_bilm_hdf5
+from bertjax.convert.elmo_hdf5 import load_bilm_hdf5, word_tokenizer_of
 from bertjax.models import elmo
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations, zero_carry
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
@@ -109,10 +109,13 @@ class ElmoEmbedder:
 
     @classmethod
     def from_hdf5(cls, options: str | pathlib.Path, weights: str | pathlib.Path,
-                  vocab: str | None = None, tokenizer: str = "whitespace", **sizes: Any
+                  vocab: str | None = None, tokenizer: str | None = None, **sizes: Any
                   ) -> ElmoEmbedder:
-        """From bilm-tf / AllenNLP options JSON + weights HDF5 (vocabulary optional)."""
+        """From bilm-tf / AllenNLP options JSON + weights HDF5 (vocabulary optional); text is
+        split into words by `tokenizer`, else as the options say (bertjax's export records its
+        run's; whitespace for bilm-tf's files)."""
         config, params = load_bilm_hdf5(options, weights)
+        tokenizer = tokenizer or word_tokenizer_of(options)
         vocabulary = None
         if vocab is not None:
             vocabulary = ElmoVocabulary(vocab)

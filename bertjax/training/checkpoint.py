@@ -38,6 +38,16 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or does not fit the configured model."""
 
 
+class NoReadableCheckpointError(CheckpointError):
+    """Every checkpoint under `directory` is unreadable (`detail` says which): the run that
+    holds the workdir starts again in a new one; a reader's tool names the path it was given
+    as the fault."""
+
+    def __init__(self, directory: Path, detail: str, fix: str) -> None:
+        super().__init__(f"no readable checkpoint in {directory} ({detail}): {fix}")
+        self.directory, self.detail = directory, detail
+
+
 class CorruptCheckpointError(Exception):
     """A checkpoint that cannot be read (truncated files, garbled metadata, an empty step)."""
 
@@ -133,6 +143,7 @@ class Checkpointer:
                  create: bool = True, quarantine: bool = False):
         self.directory = absolute(workdir) / "checkpoints"  # local or gs:// (files.py)
         self.quarantine = quarantine
+        self.state_bytes = 0  # what the last state saved takes (checkpoint_bytes)
         self.options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=create, enable_async_checkpointing=async_save,
             cleanup_tmp_directories=quarantine,  # a killed run's partial save: only its own
@@ -150,6 +161,7 @@ class Checkpointer:
         args = ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_position)
         )
+        self.state_bytes = sum(x.nbytes for x in jax.tree.leaves(state))
         with self._space_errors(step, state):
             return self.manager.save(step, args=args, force=force)
 
@@ -183,12 +195,16 @@ class Checkpointer:
                 if latest is not None else "no checkpoint was written")
 
     def checkpoint_bytes(self, state: TrainState | None) -> int:
-        """About what one checkpoint of `state` takes (the newest one's size, if local)."""
+        """About what one checkpoint of `state` takes (the newest one's size, if local; else
+        the state's, or that of the last state saved: a save that fails in the background is
+        reported by a later call that has no state at hand)."""
         latest = max(self._finished_steps(), default=None)
         if latest is not None and not is_remote(self.directory):
             files = pathlib.Path(self.directory / str(latest)).rglob("*")
             return sum(f.stat().st_size for f in files if f.is_file())
-        return sum(x.nbytes for x in jax.tree.leaves(state)) if state is not None else 0
+        if state is not None:
+            return sum(x.nbytes for x in jax.tree.leaves(state))
+        return self.state_bytes
 
     def _set_aside(self, step: int, why: str) -> None:
         """Move an unreadable checkpoint out of the way (process 0), warn, and forget it."""
@@ -257,11 +273,16 @@ class Checkpointer:
                                     unreadable[chosen])
 
     def _none_readable(self, unreadable: dict[int, str]) -> CheckpointError:
+        """The run's own workdir (quarantine) can only start again elsewhere; a reader was
+        given a run it cannot read, and says so (its tool names the flag)."""
+        steps = ", ".join(map(str, sorted(unreadable)))
+        if not self.quarantine:
+            return NoReadableCheckpointError(self.directory, f"unreadable, left in place: "
+                                             f"{steps or 'none'}", "pass another run")
         corrupt = sorted(p.name for p in self.directory.glob("corrupt-*"))
-        skipped = f"; unreadable: {', '.join(map(str, sorted(unreadable)))}" if unreadable else ""
-        return CheckpointError(
-            f"no readable checkpoint in {self.directory} (set aside: "
-            f"{', '.join(corrupt) or 'none'}{skipped}): start again in a new --workdir")
+        return NoReadableCheckpointError(
+            self.directory, f"set aside: {', '.join(corrupt) or 'none'}"
+            + (f"; unreadable: {steps}" if steps else ""), "start again in a new --workdir")
 
     def _vanished(self, step: int, wait: float = 1.0) -> bool:
         """True when checkpoint `step` is gone, or goes within `wait` seconds (a deletion under
@@ -302,10 +323,16 @@ class Checkpointer:
             self.manager.wait_until_finished()
 
     def close(self) -> None:
+        """Finish pending saves, then release the manager. A save that failed is reported
+        once, by `wait`: closing the manager raises the same failure again, unnamed (the
+        full disk's bare "[Errno 28]"), and that repeat is dropped."""
         try:
             self.wait()
-        finally:
-            self.manager.close()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.manager.close()
+            raise
+        self.manager.close()
 
 
 def abstract_like(tree: PyTree, shardings: PyTree) -> PyTree:

@@ -233,9 +233,13 @@ def _check_features(exp: Experiment, seq_length: int) -> None:
 
 
 def run_facts(exp: Experiment) -> dict[str, Any]:
-    """What model.json records of the data a run trains on (a resume announces changes)."""
+    """What model.json records of the data a run trains on (a resume announces changes): the
+    batch size, the corpus and, for a source that packs rows (BERT pretraining), how many
+    sequences a row holds (0: unpacked)."""
     corpus = exp.source.corpus_name
-    return {"batch_size": exp.batch_size, **({"corpus": corpus} if corpus else {})}
+    packed = getattr(exp.source, "packed_sequences", None)
+    return {"batch_size": exp.batch_size, **({"corpus": corpus} if corpus else {}),
+            **({"packed_sequences": packed} if packed is not None else {})}
 
 
 def check_run(exp: Experiment, mesh: Mesh, workdir: Path) -> None:
@@ -349,7 +353,8 @@ def _train_phases(run: _RunContext, mesh: Mesh, initial_params: Callable[[Params
             run.writer.resume_from(start_step)
             run.writer.open()  # before the first step: an unwritable metrics file fails now
             signals.check()
-            _record(exp, run.workdir)
+            if start_step == 0 or start_step < exp.num_steps:  # a finished run trains no
+                _record(exp, run.workdir)  # step on this data: its record stays as it was
         if int(state.step) >= end_step:
             continue
         if run.position["phase"] != index:  # a new phase starts its stream (and carry) anew
@@ -504,36 +509,38 @@ def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
     log = _OneStepBehind(run.writer, guards, progress)
     last_time, stopped = time.perf_counter(), None
     tokens = real_tokens = 0  # token slots (padding included) and real tokens since the last log
-    while step < phase.end_step and not stopped:
-        batch = next(phase.batches)
-        slots = exp.batch_size * exp.source.padded_length(batch, phase.seq_length)
-        tokens, real_tokens = tokens + slots, real_tokens + _real_tokens(batch, slots)
-        state, metrics = trainer.step(state, trainer.device_batch(batch))
-        if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
-            guards.signals.started()
-        step, index = step + 1, index + exp.batch_size
-        run.position = {"phase": run.position["phase"], "example_index": index}
-        log.write()  # the previous log step's, now that this step is queued behind it
-        log_step = step % exp.log_every == 0 or step == phase.end_step
-        checkpoint_step = step % exp.checkpoint_every == 0 and step < exp.num_steps
-        stopped = guards.stop_reason(step, metrics, agree=log_step or checkpoint_step)
-        progress.update(step, None)
-        if log_step or stopped:
-            now = time.perf_counter()
-            log.hold(_LogStep(step, metrics, trainer.param_norm(state), guards.take_flags(), {
-                "tokens_per_second": tokens / (now - last_time),
-                "real_tokens_per_second": real_tokens / (now - last_time),
-                "seq_length": phase.seq_length}))
-            last_time, tokens, real_tokens = now, 0, 0
-        if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
-            log.write()
-            progress.note(evaluation(step, state))
-        if stopped or checkpoint_step:
-            log.write()  # metrics.jsonl reaches this step before its checkpoint is saved
-            run.checkpointer.save(step, state, run.position, force=bool(stopped))
-            run.writer.flush()
-    scalars = log.write()  # the phase's last log step
-    progress.close()
+    try:
+        while step < phase.end_step and not stopped:
+            batch = next(phase.batches)
+            slots = exp.batch_size * exp.source.padded_length(batch, phase.seq_length)
+            tokens, real_tokens = tokens + slots, real_tokens + _real_tokens(batch, slots)
+            state, metrics = trainer.step(state, trainer.device_batch(batch))
+            if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
+                guards.signals.started()
+            step, index = step + 1, index + exp.batch_size
+            run.position = {"phase": run.position["phase"], "example_index": index}
+            log.write()  # the previous log step's, now that this step is queued behind it
+            log_step = step % exp.log_every == 0 or step == phase.end_step
+            checkpoint_step = step % exp.checkpoint_every == 0 and step < exp.num_steps
+            stopped = guards.stop_reason(step, metrics, agree=log_step or checkpoint_step)
+            progress.update(step, None)
+            if log_step or stopped:
+                now = time.perf_counter()
+                log.hold(_LogStep(step, metrics, trainer.param_norm(state), guards.take_flags(), {
+                    "tokens_per_second": tokens / (now - last_time),
+                    "real_tokens_per_second": real_tokens / (now - last_time),
+                    "seq_length": phase.seq_length}))
+                last_time, tokens, real_tokens = now, 0, 0
+            if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
+                log.write()
+                progress.note(evaluation(step, state))
+            if stopped or checkpoint_step:
+                log.write()  # metrics.jsonl reaches this step before its checkpoint is saved
+                run.checkpointer.save(step, state, run.position, force=bool(stopped))
+                run.writer.flush()
+        scalars = log.write()  # the phase's last log step
+    finally:  # a failing run's one line comes after the bar's, not glued to it
+        progress.close()
     return state, scalars, stopped
 
 

@@ -30,11 +30,17 @@ class MetricsError(ValueError):
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
-    """The rows of a metrics.jsonl; a torn last line is dropped with one warning."""
+    """The rows of a metrics.jsonl, each a JSON object with its "step"; a torn last line is
+    dropped with one warning; anything else that is not such a row is one line naming the
+    file (and the line)."""
     path = as_path(path)
     if path.is_dir():
         raise MetricsError(f"{path} is a directory, not a metrics file: move it away")
-    lines = path.read_text(encoding="utf-8").split("\n")
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as err:
+        raise MetricsError(f"{path} is not UTF-8 text (at byte {err.start}): restore the file "
+                           "or move it away") from None
     numbered = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     rows = []
     for i, (number, line) in enumerate(numbered):
@@ -49,6 +55,9 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
                 break
             raise MetricsError(f"{path}:{number} is not a JSON object: restore the file or "
                                "delete that line") from None
+        if not isinstance(row.get("step"), int) or isinstance(row["step"], bool):
+            raise MetricsError(f"{path}:{number} has no \"step\" (a whole number): restore the "
+                               "file or delete that line")
         rows.append(row)
     return rows
 

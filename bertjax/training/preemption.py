@@ -43,6 +43,21 @@ class Interrupted(KeyboardInterrupt):
     """A stop signal before training started: there is nothing to save."""
 
 
+_began = False  # a run of this process has started training (StopSignals.started)
+
+
+def began_training() -> bool:
+    """True once a run of this process has started training: an interrupt after that is no
+    longer one "before training started"; `forget_training` resets it (a tool's start)."""
+    return _began
+
+
+def forget_training() -> None:
+    """A new tool run starts (tests run several in one process): no training has begun."""
+    global _began
+    _began = False
+
+
 class _QuietInterrupts:
     """An unraisable-exception hook that drops `Interrupted`: raised in a garbage-collection
     callback (JAX's `_xla_gc_callback`), it is lost, and CPython prints an "Exception ignored
@@ -84,8 +99,9 @@ class StopSignals:
 
     def started(self) -> None:
         """Training has begun: from now on a signal saves a checkpoint and stops the run."""
+        global _began
         self.check()
-        self.training = True
+        self.training = _began = True
 
     def check(self) -> None:
         """Raise `Interrupted` if a signal came before training started (and was lost)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from families_study import interrupts
 from families_study.data import read_texts
 from families_study.draws import Draw
 
@@ -101,6 +102,10 @@ def fine_tuned(family: str, settings: dict[str, Any], grid: Sequence[float], ini
         recipe = _recipe(family, settings, lr, len(train), init, draw.draw, min_steps,
                          min_epochs, labels)
         outcome = run(recipe, str(pretrained_dir), train, held, workdir / _lr_name(lr))
+        if outcome.result.stopped:  # a signal (the run watches them): saved, not finished
+            raise interrupts.StudyInterrupted(outcome.result.stopped)
+        if outcome.result.late_signal:  # finished: the study stops after this point
+            interrupts.note(outcome.result.late_signal)
         final = outcome.results.get("final", {})
         trials[_lr_name(lr)] = {"learning_rate": lr, "heldout_accuracy": final["accuracy"],
                                 "steps": outcome.result.step,

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from families_study import curve
+from families_study import curve, interrupts
 from families_study.config import REPO, Study
 from families_study.data import StudyData, read_texts
 from families_study.draws import make_draw
@@ -73,7 +73,10 @@ def environment(root: pathlib.Path) -> dict[str, str]:
 
 
 def pretrain(run: Pretraining, root: pathlib.Path, data: StudyData, log: Log) -> float:
-    """Run (or resume) one pretraining; its wall seconds, recorded in its study.json."""
+    """Run (or resume) one pretraining; its wall seconds, recorded in its study.json once
+    its last step is saved (not when a signal stopped it: the rerun resumes it)."""
+    from bertjax.training.workdir import latest_checkpoint
+
     workdir = root / run.workdir
     done = workdir / DONE
     if done.is_file():
@@ -81,13 +84,22 @@ def pretrain(run: Pretraining, root: pathlib.Path, data: StudyData, log: Log) ->
     command = train_command(run, root, data)
     log(f"pretrain {run.workdir} ({run.steps} steps)")
     start = time.perf_counter()
-    result = subprocess.run(command, cwd=REPO, env=environment(root), capture_output=True,
-                            text=True)
+    process = interrupts.start(command, cwd=REPO, env=environment(root),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate()
+    finally:
+        interrupts.finished(process)
     seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        tail = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"pretraining {run.workdir} failed (exit {result.returncode}): "
+    interrupts.check()  # the study was stopped: the run saved where it was
+    tail = (stderr.strip().splitlines() or ["(no output)"])[-1]
+    if process.returncode != 0:
+        raise RuntimeError(f"pretraining {run.workdir} failed (exit {process.returncode}): "
                            f"{tail}")
+    saved = latest_checkpoint(workdir)
+    if saved != run.steps:  # a signal to the run alone stopped it
+        raise RuntimeError(f"pretraining {run.workdir} stopped at step {saved} of {run.steps} "
+                           f"({tail}): rerun the study to resume it")
     workdir.mkdir(parents=True, exist_ok=True)
     record = {"command": command[1:], "seconds": round(seconds, 1), "steps": run.steps}
     (workdir / DONE).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
@@ -176,16 +188,21 @@ def _run_points(points: list[Point], study: Study, root: pathlib.Path, data: Stu
         for n, point in enumerate(todo, 1):
             log(f"fine-tune {n}/{len(todo)}: {point.workdir}")
             run_point(point, study, root, data)
+            interrupts.check()  # a signal its run took after its last step
         return
     context = multiprocessing.get_context("spawn")
     cache = environment(root)["JAX_COMPILATION_CACHE_DIR"]
-    with concurrent.futures.ProcessPoolExecutor(
-            jobs, mp_context=context, initializer=_worker_setup,
-            initargs=(str(REPO / "scripts"), cache)) as pool:
+    pool = concurrent.futures.ProcessPoolExecutor(
+        jobs, mp_context=context, initializer=_worker_setup,
+        initargs=(str(REPO / "scripts"), cache))
+    try:  # a signal reaches the workers too: each run under way saves and stops
         futures = {pool.submit(run_point, p, study, root, data): p for p in todo}
         for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
-            future.result()  # the first failure stops the study, with its message
+            future.result()  # the first failure or signal stops the study, with its message
             log(f"fine-tuned {n}/{len(todo)}: {futures[future].workdir}")
+            interrupts.check()
+    finally:  # no point waiting its turn starts
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def execute(plan: Plan, study: Study, root: pathlib.Path, data: StudyData, log: Log,
@@ -194,9 +211,12 @@ def execute(plan: Plan, study: Study, root: pathlib.Path, data: StudyData, log: 
     from families_study.senses import run_senses
 
     use_compilation_cache(root)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         for future in [pool.submit(pretrain, run, root, data, log) for run in plan.pretraining]:
-            future.result()  # the first failure stops the study, with its message
+            future.result()  # the first failure or signal stops the study, with its message
+    finally:  # no run waiting its turn starts; the runs under way end (saved, on a signal)
+        pool.shutdown(wait=True, cancel_futures=True)
     for run in plan.pretraining:
         score_held_out(run, study, root, data, log)
     log(f"bag-of-words: {len(plan.baselines)} points")
@@ -207,6 +227,7 @@ def execute(plan: Plan, study: Study, root: pathlib.Path, data: StudyData, log: 
         if not (root / point.workdir / DONE).is_file():
             log(f"probe {n}/{len(probes)}: {point.workdir}")
         run_point(point, study, root, data)
+        interrupts.check()
     _run_points([p for p in plan.points if p.approach == "finetuned"], study, root, data,
                 log, jobs)
     if not study.polysemy:

@@ -9,7 +9,7 @@ from bertjax.analysis.report import markdown, table
 from bertjax.analysis.runs import RunError, load_run, name_bindings, read_gin
 
 
-def make_run(path, rows, gin="", results=None, init=None):
+def make_run(path, rows, gin="", results=None, init=None, model_config=None):
     path.mkdir(parents=True)
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (path / "config.gin").write_text(gin)
@@ -17,6 +17,8 @@ def make_run(path, rows, gin="", results=None, init=None):
         (path / "eval_results.json").write_text(json.dumps(results))
     if init is not None:
         (path / "init.txt").write_text(f"{init}\n")
+    if model_config is not None:
+        (path / "model.json").write_text(json.dumps({"family": "bert", "config": model_config}))
     return path
 
 
@@ -74,3 +76,24 @@ def test_bad_runs_are_one_line(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{oops\n{"step": 2}\n')  # a bad line, not the last
     with pytest.raises(RunError, match="metrics.jsonl:1 is not a JSON object"):
         load_run(tmp_path)
+
+
+def test_pretraining_settings_are_pretrain_columns_and_unbound_ones_take_their_value(tmp_path):
+    """A fine-tuning row showed its pretraining run's settings under their own names, as if
+    the fine-tuning had set them; and a setting bound in one run only (a model size override)
+    was left out, though the other run used another value (its size's, in its model.json)."""
+    history = [{"step": 1, "loss": 1.0}]
+    small = make_run(tmp_path / "small", history,
+                     GIN.format(nsp="True") + "bert_config.hidden_size = 64\n",
+                     model_config={"vocab_size": 512, "transformer": {"hidden_size": 64}})
+    base = make_run(tmp_path / "base", history, GIN.format(nsp="False"),
+                    model_config={"vocab_size": 512, "transformer": {"hidden_size": 128}})
+    runs = [load_run(make_run(tmp_path / f"ft_{pre.name}", history,
+                              "finetune.learning_rate = 0.001\n", init=pre))
+            for pre in (small, base)]
+    header, rows = table(runs)
+    assert header[:3] == ["run", "pretrain_NSP", "pretrain_hidden_size"], header
+    assert [r[:3] for r in rows] == [["ft_small", "True", "64"], ["ft_base", "False", "128"]]
+    header, rows = table([load_run(small), load_run(base)])
+    assert header[:3] == ["run", "NSP", "hidden_size"], header
+    assert [r[2] for r in rows] == ["64", "128"]

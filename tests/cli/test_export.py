@@ -444,6 +444,34 @@ def test_a_run_on_gs_exports_from_its_newest_or_named_checkpoint(
         "steps"), result.stderr
 
 
+def test_an_unreachable_gs_out_is_one_line_naming_it_and_the_fix(bert_run, monkeypatch):
+    """It was gcsfs's bare "Cannot connect to host storage.googleapis.com:443 ...", naming
+    neither --out nor a fix; training's line for an unreachable gs:// workdir says both."""
+    import types
+
+    import aiohttp
+    import gcsfs
+
+    from tests.gcs import free_port
+
+    async def no_connection(self, *args, **kwargs):  # gcsfs's error once its retries are spent
+        host = types.SimpleNamespace(host="storage.googleapis.com", port=443, ssl="default")
+        raise aiohttp.ClientConnectorError(host, OSError(-2, "Name or service not known"))
+
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there either
+    for name, value in {"STORAGE_EMULATOR_HOST": closed, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "test",
+                        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+                        "NO_GCE_CHECK": "true"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(gcsfs.GCSFileSystem, "_request", no_connection)
+    result = export(f"--checkpoint={bert_run}", "--out=gs://unreachable-bucket/export")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert [x for x in result.stderr.splitlines() if x.strip()] == [
+        "bertjax-export: error: gs://unreachable-bucket/export cannot be reached (Cannot "
+        "connect to host storage.googleapis.com:443 ssl:default [Name or service not known]): "
+        "check the network, the bucket name and the credentials"]
+
+
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A 256 KiB tmpfs: an export of the test BERT does not fit (needs root)."""

@@ -190,11 +190,16 @@ def test_a_resume_with_an_init_of_another_vocabulary_is_refused(bert_run, data, 
 
 
 def test_a_rerun_on_other_training_data_says_so(bert_run, data, minilm_2):
+    """The finished run trains no step on the other data, so its record keeps the corpus it
+    was trained on (it was rewritten: a later rerun on the original data got a false line)."""
     workdir, _ = bert_run
+    record = (workdir / "model.json").read_text()
     result = finetune(workdir, "bert_classification", data[1], data[1], *QUICK, init=minilm_2)
     assert result.returncode == 0, result.stderr[-2000:]
     changed = [x for x in result.stderr.splitlines() if "resuming with corpus" in x]
     assert len(changed) == 1 and str(data[1]) in changed[0] and str(data[0]) in changed[0]
+    assert (workdir / "model.json").read_text() == record
+    assert json.loads(record)["data"]["corpus"].startswith(f"{data[0]} (")
 
 
 def test_cut_rows_and_a_predict_file_of_other_labels_are_each_one_warning(

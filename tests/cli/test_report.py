@@ -88,6 +88,32 @@ def test_a_directory_without_metrics_is_one_line(tmp_path):
         "bertjax-train or bertjax-finetune run that has logged at least one step"]
 
 
+def test_bad_metrics_an_out_file_and_a_bad_last_are_one_line_each(tmp_path):
+    """A binary metrics.jsonl gave a bare UTF-8 decoding error naming no file, lines without
+    "step" counted as steps, --out naming a file gave "[Errno 17] File exists", and --last=0
+    or -3 were taken (and averaged over every step, or all but the first three)."""
+    def run_dir(name, data):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_bytes(data)
+        return tmp_path / name
+
+    good = run_dir("good", b'{"step": 1, "loss": 2.0}\n')
+    binary = run_dir("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    stepless = run_dir("stepless", b'{"loss": 2.0}\n{"loss": 1.0}\n{"step": 3, "loss": 0.5}\n')
+    (tmp_path / "a_file").write_text("mine")
+    for args, message in [
+            ((binary,), f"{binary / 'metrics.jsonl'} is not UTF-8 text (at byte 0)"),
+            ((stepless,), f'{stepless / "metrics.jsonl"}:1 has no "step"'),
+            ((good, f"--out={tmp_path / 'a_file'}"), f"--out={tmp_path / 'a_file'} is a file"),
+            ((good, f"--out={tmp_path / 'a_file' / 'report'}"), "which is a file"),
+            ((good, "--last=0"), "--last=0"), ((good, "--last=-3"), "--last=-3")]:
+        result = run_tool("bertjax.cli.report", *args)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and len(lines) == 1, (args, result.stderr[-2000:])
+        assert lines[0].startswith("bertjax-report: error: ") and message in lines[0], lines
+    assert (tmp_path / "a_file").read_text() == "mine"
+
+
 def test_a_report_on_a_full_disk_leaves_no_folder_behind(tmp_path):
     """--out on a full disk left an empty report folder (issue #45's last finding); a folder
     that existed keeps what it held."""

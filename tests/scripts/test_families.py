@@ -268,8 +268,6 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path, monkeypatch):
     monkeypatch.setattr(curve, "bag_of_words", fake("bow"))
     monkeypatch.setattr(execute, "_draw", lambda *args: None)
     monkeypatch.setattr(senses, "run_senses", lambda *args: calls.append("senses"))
-    monkeypatch.setattr(execute.subprocess, "run", lambda *a, **k: pytest.fail(
-        "a finished pretraining run was started again"))
     monkeypatch.setattr(execute, "use_compilation_cache", lambda root: None)
     study = load_study(CPU, ["families_study.draws = 1"])
     data = data_lib.StudyData(*(tmp_path / f"d{i}" for i in range(4)))
@@ -285,6 +283,89 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path, monkeypatch):
     calls.clear()
     execute.execute(plan, study, tmp_path, data, logged.append)
     assert [c for c in calls if c != "senses"] == []
+
+
+def study_process(root, patch, *args, env=None):
+    """scripts/families.py --root=ROOT --quick ARGS as a user starts it (its `__main__`), in a
+    session of its own (a terminal's foreground group), with `patch` (Python, run first on
+    families_study.execute) standing in for what would take minutes."""
+    source = "\n".join(["import runpy, sys", "sys.path.insert(0, 'scripts')",
+                        "from families_study import execute", patch,
+                        "sys.argv = ['scripts/families.py', *sys.argv[1:]]",
+                        "runpy.run_path('scripts/families.py', run_name='__main__')"])
+    return subprocess.Popen([sys.executable, "-c", source, f"--root={root}", "--quick", *args],
+                            cwd=REPO, env=env or process_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+# A pretraining run that stops as bertjax-train does on a signal: it saves (a second while
+# it saves would end it unsaved), says where it stopped and exits 0. It notes what it got.
+FAKE_TRAIN = """
+import pathlib, signal, sys, time
+workdir, log = sys.argv[1], pathlib.Path(sys.argv[2])
+got = []
+for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, lambda s, frame: got.append(signal.Signals(s).name))
+with log.open("a") as f:
+    f.write(f"start {workdir}\\n")
+deadline = time.time() + 120
+while not got and time.time() < deadline:
+    time.sleep(0.05)
+time.sleep(1.0)
+with log.open("a") as f:
+    f.write(f"stopped {workdir} {','.join(got)}\\n")
+print(f"bertjax-train: stopped at step 1 ({got[0]}): the checkpoint is saved", file=sys.stderr)
+"""
+
+
+def test_ctrl_c_stops_the_study_at_once_and_the_run_under_way_saves(tmp_path, agnews_dir):
+    """Ctrl-C went on to pretrain the five models after the interrupted one (2 min 53 s), then
+    blamed that run with exit status 2."""
+    import os
+    import signal
+    import time
+
+    root, log = tmp_path / "study", tmp_path / "runs.log"
+    study = study_process(root, f"execute.train_command = lambda run, root, data: [sys.executable"
+                                f", '-c', {FAKE_TRAIN!r}, str(root / run.workdir), {str(log)!r}]")
+    try:
+        deadline = time.time() + 300
+        while not (log.exists() and log.read_text().startswith("start")):
+            assert study.poll() is None and time.time() < deadline, study.communicate()
+            time.sleep(0.05)
+        os.killpg(study.pid, signal.SIGINT)  # a terminal's Ctrl-C: its whole foreground group
+        _, err = study.communicate(timeout=60)
+    finally:
+        if study.poll() is None:
+            os.killpg(study.pid, signal.SIGKILL)
+    first = root / "pretrain" / "bert"
+    # one run started, and it got the signal once: it saved, and no other started
+    assert log.read_text().splitlines() == [f"start {first}", f"stopped {first} SIGINT"]
+    assert study.returncode == 130, err[-3000:]
+    assert err.strip().splitlines() == [
+        "families.py: interrupted (SIGINT): the runs under way saved where they stopped; "
+        "rerun the same command to resume"]
+    assert not (first / "study.json").exists()  # not recorded as finished: the rerun resumes it
+
+
+def test_the_study_process_is_as_quiet_as_a_tool(tmp_path, agnews_dir):
+    """TensorFlow's, CUDA's and libtpu's start-up lines when the study's own process first used
+    them, and Python's "WARNING:root:" form for the runs' warnings."""
+    import re
+
+    in_process = ("def runs(*args, **kwargs):\n    import logging, jax, tensorflow\n"
+                  "    from families_study import tables\n    jax.devices()\n"
+                  "    logging.warning('a warning from a run')\n"
+                  "    tables.write_report = lambda *args: []\n"
+                  "execute.execute = runs")
+    env = {k: v for k, v in process_env().items()  # a user's shell sets neither
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "JAX_PLATFORMS")}
+    study = study_process(tmp_path / "study", in_process, env=env)
+    _, err = study.communicate(timeout=600)
+    assert study.returncode == 0, err[-3000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"W\d{4} [\d:.]+ +\d+ \S+:\d+\] a warning from a run",
+                                            lines[0]), err[-3000:]
 
 
 @pytest.mark.e2e

@@ -255,6 +255,30 @@ def test_restore_for_inference_falls_back_and_moves_nothing(four_steps, tmp_path
     assert len(warned) == 1 and "left in place" in warned[0], warned
 
 
+def test_an_init_with_no_readable_checkpoint_is_named_as_the_fault(four_steps, tmp_path):
+    """bertjax-finetune --init of a run whose every checkpoint is unreadable said "start again
+    in a new --workdir", which was fine: the --init is what to change."""
+    init = copy_of(four_steps, tmp_path)
+    for step_dir in (init / "checkpoints").iterdir():
+        for file in data_files(step_dir):
+            truncate(file)
+    before = listing(init)
+    rows = "".join(f"the {word} rose\t{word}\n" for word in ("team", "market") * 4)
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n" + rows)
+    workdir = tmp_path / "finetuned"
+    result = run_tool("bertjax.cli.finetune", "--gin_file=configs/finetune/bert_classification.gin",
+                      f"--init={init}", f"--train={tmp_path / 'train.tsv'}",
+                      f"--eval={tmp_path / 'train.tsv'}", f"--workdir={workdir}", "--noprogress",
+                      cwd=REPO)
+    errors = [x for x in result.stderr.splitlines() if "error:" in x]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-3000:]
+    assert errors[0] == (
+        f"bertjax-finetune: error: --init={init} has no readable checkpoint "
+        f"({init / 'checkpoints'}: unreadable, left in place: 2, 4): pass another --init, or "
+        "restore that run's checkpoints from a copy"), errors[0]
+    assert listing(init) == before and not workdir.exists()
+
+
 def vanishing(monkeypatch, step_dir):
     """Make the next read of `step_dir` find it deleted half-way, as a run that keeps only its
     newest checkpoints deletes an old one while a reader reads it."""
@@ -375,7 +399,15 @@ def test_a_disk_that_fills_between_checkpoints_is_one_line_and_the_rerun_resumes
         patch.setattr(MetricWriter, "write", filled_after_step_5)
         patch.setattr(Checkpointer, "save", lambda self, step, *a, **k: step == 5 and save(
             self, step, *a, **k))  # the test is of the steps between checkpoints
-        line = one_error_line(train(workdir, bert_sample, *steps))
+        with_bar = [a for a in arguments(workdir, bert_sample, *steps) if a != "--noprogress"]
+        result = run_tool("bertjax.cli.train", *with_bar, cwd=REPO)
+    # The progress bar is closed before the line: the line was glued to the bar, and the bar
+    # was drawn again under it.
+    lines = [x for x in result.stderr.split("\n") if x.strip() and "JAX backend" not in x]
+    errors = [x for x in lines if "error:" in x]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-3000:]
+    line = errors[0]
+    assert lines[-1] == line, lines[-3:]
     assert line.startswith(f"bertjax-train: error: no space left on the device to write "
                            f"{workdir}/"), line  # metrics.jsonl or a TensorBoard file
     assert re.search(r"\(0\.0 MiB free there; a checkpoint of this run takes about \d+ MiB\)", line)
@@ -386,6 +418,44 @@ def test_a_disk_that_fills_between_checkpoints_is_one_line_and_the_rerun_resumes
     again = train(workdir, bert_sample, "--gin.NUM_STEPS=5")  # (a second checkpoint: no room)
     assert again.returncode == 0 and "steps 5 -> 5" in again.stdout, again.stderr[-3000:]
     assert not list((workdir / "checkpoints").glob("*tmp*"))
+
+
+def test_a_disk_full_before_the_final_save_names_the_checkpoint_a_rerun_resumes_from(
+        bert_sample, small_disk, monkeypatch):
+    """The final save's failure came back from closing the checkpoints as a bare "no space
+    left on the device to write a file", without the directory, a checkpoint's size or the
+    step a rerun resumes from."""
+    save = Checkpointer.save
+
+    def filled_before_the_final_save(self, step, *args, force=False, **kwargs):
+        if force:  # the end of the run: checkpoint 5 is finished, then the disk fills
+            self.wait()
+            fill(small_disk)
+        return save(self, step, *args, force=force, **kwargs)
+
+    workdir = small_disk / "run"
+    monkeypatch.setattr(Checkpointer, "save", filled_before_the_final_save)
+    line = one_error_line(train(workdir, bert_sample, "--gin.NUM_STEPS=8",
+                                "--gin.train.checkpoint_every=5"))
+    assert line.startswith("bertjax-train: error: no space left on the device to save a "
+                           f"checkpoint in {workdir / 'checkpoints'} (one takes about "), line
+    assert re.search(r"\(one takes about [1-9]\d* MiB\)", line), line
+    assert line.endswith("checkpoint 5 is intact and rerunning resumes from it"), line
+
+
+def test_a_save_failing_in_the_background_names_the_size_of_what_it_saved(small_disk):
+    """With no finished checkpoint to measure, a save that failed in the background was
+    reported by a later call that had no state at hand: "one takes about 0 MiB"."""
+    from bertjax.training.checkpoint import CheckpointError
+
+    checkpointer = Checkpointer(small_disk / "run", quarantine=True)
+    fill(small_disk)
+    state = {"params": np.zeros(2**20, np.float32)}  # 4 MiB
+    with pytest.raises(CheckpointError) as raised:
+        checkpointer.save(1, state, {"phase": 0, "example_index": 0})
+        checkpointer.close()
+    assert "(one takes about 4 MiB)" in str(raised.value), raised.value
+    assert str(raised.value).endswith("no checkpoint was written")
 
 
 @pytest.mark.e2e  # the fast tier's kill -9 test checks each step is logged once, too

@@ -65,8 +65,19 @@ def test_a_changed_corpus_and_batch_size_resume_with_one_line(trained, tmp_path,
     assert "batch_size 16 (checkpoint 2 was trained with 8)" in line
     assert f"corpus '{other_corpus}' (checkpoint 2 was trained with 'stdlib')" in line
     assert json.loads((workdir / "model.json").read_text())["data"] == {
-        "batch_size": 16, "corpus": str(other_corpus)}
+        "batch_size": 16, "corpus": str(other_corpus), "packed_sequences": 0}
     assert logged_steps(workdir) == [1, 2, 3]
+
+
+def test_a_resume_with_other_packing_says_so_in_one_line(trained, tmp_path):
+    """Packed rows (PACKED_SEQUENCES) in a resume of an unpacked run, or the other way round,
+    went on without a word. (The run is complete: the line comes before anything trains.)"""
+    workdir = copy_of(trained, tmp_path)
+    done = train(workdir, "stdlib", "--gin.NUM_STEPS=2", "--gin.PACKED_SEQUENCES=4")
+    assert done.returncode == 0, done.stderr
+    assert [line.split("] ", 1)[-1] for line in done.stderr.splitlines()
+            if "resuming with" in line] == [
+        f"{workdir}: resuming with packed_sequences 4 (checkpoint 2 was trained with 0)"]
 
 
 def test_a_torn_last_metrics_line_is_dropped_with_one_warning(trained, tmp_path):

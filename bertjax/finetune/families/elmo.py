@@ -3,11 +3,12 @@ softmax weights, at the input (and optionally the output) of a task BiLSTM
 (bertjax.finetune.heads.elmo), beside the task's own context-independent word vectors
 ([x_k; ELMo_k], finetune.word_embed_dim).
 
-Each sentence is split into words as the biLM was trained (the workdir's word tokenizer;
-whitespace for bilm-tf files), wrapped in <S> ... </S> and given to the biLM as characters (and
-word ids, when the biLM has a vocabulary); the task model strips <S> and </S> from the biLM's
-layers, so a tagged sentence's word k (its k-th token, from 0) is predicted at position k. The
-task's word vocabulary is every word of the training examples (id 0 pads, 1 is any word
+Each sentence is split into words as the biLM was trained (the workdir's word tokenizer, or
+the one bertjax's export wrote into options.json; whitespace for bilm-tf's own files), wrapped
+in <S> ... </S> and given to the biLM as characters (and word ids, when the biLM has a
+vocabulary); the task model strips <S> and </S> from the biLM's layers, so a tagged
+sentence's word k (its k-th token, from 0) is predicted at position k. The task's word
+vocabulary is every word of the training examples (id 0 pads, 1 is any word
 training never saw, trained by finetune.word_dropout). The learned mix weights go into
 eval_results.json.
 """
