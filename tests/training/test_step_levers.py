@@ -67,7 +67,7 @@ def copied_state_buffers(options):
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
     trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 8, 32,
                             options=options)
-    spec = {key: (value.shape, value.dtype) for key, value in random_batch().items()}
+    spec = {key: (value.shape, value.dtype) for key, value in random_batch(vocab_size=128).items()}
     hlo = lower_train_step(trainer, spec).compile().as_text()
     return re.findall(r"= f32\[[\d,]*\]\S* copy\(%state_(\w+)", hlo)
 
@@ -103,7 +103,7 @@ def test_rbg_dropout_resumes_exactly_through_a_checkpoint(tmp_path):
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
     trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 8, 32,
                             options=StepOptions(dropout_rng="rbg"))
-    batches = [random_batch(seed=s) for s in range(4)]
+    batches = [random_batch(vocab_size=128, seed=s) for s in range(4)]
     straight = trainer.init()
     for batch in batches:
         straight, _ = trainer.step(straight, trainer.device_batch(batch))
