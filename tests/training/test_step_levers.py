@@ -15,6 +15,7 @@ from scipy import stats
 
 from bertjax.layers.dropout import keep_mask
 from bertjax.models.bert import bert_config
+from bertjax.objectives.objective import Loss, Mean
 from bertjax.objectives.pretraining import bert_pretraining
 from bertjax.training.aot import lower_train_step
 from bertjax.training.checkpoint import Checkpointer
@@ -26,10 +27,12 @@ from bertjax.training.step import StepOptions, step_key, train_step
 from tests.training.test_step import random_batch
 
 
-def toy_loss(params, batch, rng):
+def toy_sums(params, batch, rng):
     pred = batch["x"] @ params["w"] + params["b"]
-    loss = jnp.mean((pred - batch["y"]) ** 2) * batch["scale"]
-    return loss, {"loss": loss}
+    return {"mse": Mean.of((pred - batch["y"]) ** 2 * batch["scale"])}
+
+
+toy_loss = Loss(toy_sums, {"mse": 1.0}, lambda batch: {"mse": jnp.float32(batch["y"].size)})
 
 
 def toy_steps(options, scales):
