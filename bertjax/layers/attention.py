@@ -9,7 +9,7 @@ and lengths (cuDNN) or segment ids (splash), and causality as a flag. Implementa
 * "xla": einsums with the [B, H, Q, T] probabilities materialised; exact, and the CPU default.
   Its attention dropout draws from the run's dropout key, so a resumed run replays it exactly.
 * "dot_product": `jax.nn.dot_product_attention`; cuDNN's fused (flash) kernel on NVIDIA GPUs
-  for bfloat16/float16 compute, XLA's composition elsewhere. With attention dropout the
+  for bfloat16 compute, XLA's composition elsewhere. With attention dropout the
   cuDNN kernel drops out the probabilities itself (`cudnn_attention`); where cuDNN cannot
   run, the "xla" path does.
 * "splash": Pallas splash attention on TPU v4 and later (layers/splash.py), heads sharded
