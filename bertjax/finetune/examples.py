@@ -51,8 +51,11 @@ class TaggedSentence:
 class QaExample:
     """An extractive question: answers are (text, character start in context) pairs.
 
-    Every answer satisfies context[start:start + len(text)] == text; `impossible` marks a
-    SQuAD 2.0 question the context cannot answer (its answers are empty).
+    Every answer satisfies context[start:start + len(text)] == text: the spans a model trains
+    on; `impossible` marks a SQuAD 2.0 question the context cannot answer (its answers are
+    empty). `references`: every answer text the data gives, an answer whose start does not
+    point at its text included: what scoring compares against, as the official SQuAD scripts
+    read the answers' texts and never their starts (empty: the answers' texts).
     """
 
     id: str
@@ -60,6 +63,12 @@ class QaExample:
     context: str
     answers: tuple[tuple[str, int], ...]
     impossible: bool
+    references: tuple[str, ...] = ()
+
+    @property
+    def gold_texts(self) -> tuple[str, ...]:
+        """The answer texts a prediction is scored against."""
+        return self.references or tuple(text for text, _ in self.answers)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,6 +51,7 @@ from bertjax.files import write_text
 from bertjax.finetune import readers
 from bertjax.finetune.evaluate import scored_predictions
 from bertjax.finetune.examples import Example, Examples, TaskDataError, TextExample
+from bertjax.finetune.glue_tasks import BY_NAME, GLUE_TASKS, NLI, GlueTask  # noqa: F401
 from bertjax.finetune.pretrained import Pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.runner import RunOutcome, run
@@ -61,46 +62,7 @@ BERT_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)  # section 4.1, chosen on dev
 RESULTS_JSON, RESULTS_TABLE = "glue_results.json", "glue_results.md"
 
 
-@dataclasses.dataclass(frozen=True)
-class GlueTask:
-    """One GLUE task: where its data is and what the paper reports of it."""
-
-    name: str  # GLUE's spelling, its directory in glue_data
-    tfds: str  # the TFDS config of glue/
-    task_type: str  # a bertjax.finetune task type
-    # reported, in order; the first is averaged, keeps each run's best checkpoint and
-    # selects the learning rate
-    metrics: tuple[str, ...]
-    # the classes as GLUE's files spell them, in GLUE's numbering (TFDS's ClassLabel order);
-    # None for STS-B's scores
-    labels: tuple[str, ...] | None = ("0", "1")
-    dev: tuple[str, ...] = ("dev",)  # dev files (stems) of the GLUE directory
-    tfds_dev: tuple[str, ...] = ("validation",)
-    headerless: bool = False  # CoLA's TSVs: source, label, original label, sentence
-    averaged: bool = True  # part of the paper's GLUE average
-
-    @property
-    def main_metric(self) -> str:
-        return self.metrics[0]
-
-
-NLI = ("entailment", "not_entailment")
-GLUE_TASKS = (
-    GlueTask("CoLA", "cola", "classification", ("mcc",), headerless=True),
-    GlueTask("SST-2", "sst2", "classification", ("accuracy",)),
-    GlueTask("MRPC", "mrpc", "pair_classification", ("f1", "accuracy")),
-    GlueTask("QQP", "qqp", "pair_classification", ("f1", "accuracy")),
-    GlueTask("STS-B", "stsb", "regression", ("spearman", "pearson"), labels=None),
-    GlueTask("MNLI", "mnli", "pair_classification", ("accuracy",),
-             labels=("entailment", "neutral", "contradiction"),
-             dev=("dev_matched", "dev_mismatched"),
-             tfds_dev=("validation_matched", "validation_mismatched")),
-    GlueTask("QNLI", "qnli", "pair_classification", ("accuracy",), labels=NLI),
-    GlueTask("RTE", "rte", "pair_classification", ("accuracy",), labels=NLI),
-    GlueTask("WNLI", "wnli", "pair_classification", ("accuracy",), averaged=False),
-)
 SELECTIONS = ("dev", "heldout")  # where --lr_grid picks each task's learning rate
-BY_NAME = {t.name.lower().replace("-", ""): t for t in GLUE_TASKS}
 
 
 def dev_column(task: GlueTask, index: int) -> str:

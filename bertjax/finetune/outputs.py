@@ -1,7 +1,7 @@
 """What a fine-tuning head predicts per example, and the loss that trains it, shared by every
 family: a task type names one of these, a family's head produces it.
 
-    output        head outputs          targets in the batch                   loss
+    output        head outputs          targets in the batch                   task loss
     CLASSES       logits [B, C]         label int32 [B]                        cross-entropy
     SCORE         score [B] (or [B, 1]) label float32 [B]                      squared error
     CHOICE        scores [B, K]         label int32 [B] (the right choice)     cross-entropy
@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from bertjax.finetune.qa import QaWindow
+from bertjax.objectives.objective import Loss, Mean, Metrics, SumsFn
 
 Array = jax.Array
 Arrays = dict[str, np.ndarray]
@@ -35,50 +36,53 @@ Batch = dict[str, Array]
 Layout = list[list[int]] | list[QaWindow] | None
 
 
-def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Array, Array]:
-    """Weighted mean cross-entropy and accuracy, in float32."""
+def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Mean, Mean]:
+    """Weighted cross-entropy and accuracy as Means, in float32."""
     logits = logits.astype(jnp.float32)
-    weights = jnp.ones(labels.shape, jnp.float32) if weights is None else weights
-    denom = jnp.maximum(weights.sum(), 1e-6)
-    loss = (optax.softmax_cross_entropy_with_integer_labels(logits, labels) * weights).sum()
-    accuracy = ((logits.argmax(-1) == labels) * weights).sum()
-    return loss / denom, accuracy / denom
+    xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    return Mean.of(xent, weights), Mean.of(logits.argmax(-1) == labels, weights)
 
 
-def classes_loss(logits: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
+def example_weights(batch: Batch) -> Array:
+    """The weight of each example's label: 1, or packed rows' `sequence_weights` [B, K] (0 in
+    unused slots)."""
+    weights = batch.get("sequence_weights")
+    return jnp.ones(batch["label"].shape, jnp.float32) if weights is None else weights
+
+
+def classes_loss(logits: Array, batch: Batch) -> Metrics:
     """Cross-entropy and accuracy of logits [B, C] (or choice scores [B, K]) against `label`;
     of packed rows' logits [B, K, C] over the weighted slots."""
-    loss, accuracy = _xent(logits, batch["label"], batch.get("sequence_weights"))
-    return loss, {"loss": loss, "accuracy": accuracy}
+    loss, accuracy = _xent(logits, batch["label"], example_weights(batch))
+    return {"task_loss": loss, "accuracy": accuracy}
 
 
-def score_loss(scores: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
-    """Mean squared error of scores [B] (or [B, 1]; packed: [B, K] or [B, K, 1]) against the
-    float `label`, over the weighted slots of packed rows."""
+def score_loss(scores: Array, batch: Batch) -> Metrics:
+    """Squared error of scores [B] (or [B, 1]; packed: [B, K] or [B, K, 1]) against the float
+    `label`, over the weighted slots of packed rows."""
     labels = batch["label"].astype(jnp.float32)
     squared = (scores.reshape(labels.shape).astype(jnp.float32) - labels) ** 2
-    weights = batch.get("sequence_weights")
-    if weights is None:
-        loss = jnp.mean(squared)
-    else:
-        weights = weights.astype(jnp.float32)
-        loss = (squared * weights).sum() / jnp.maximum(weights.sum(), 1e-6)
-    return loss, {"loss": loss, "mse": loss}
+    loss = Mean.of(squared, example_weights(batch))
+    return {"task_loss": loss, "mse": loss}
 
 
-def word_classes_loss(logits: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
+def word_classes_loss(logits: Array, batch: Batch) -> Metrics:
     """Cross-entropy and accuracy of token logits [B, L, C] over the weighted positions."""
-    weights = batch["label_weights"].astype(jnp.float32)
-    loss, accuracy = _xent(logits, batch["labels"], weights)
-    return loss, {"loss": loss, "accuracy": accuracy}
+    loss, accuracy = _xent(logits, batch["labels"], batch["label_weights"])
+    return {"task_loss": loss, "accuracy": accuracy}
 
 
-def span_loss(logits: Array, batch: Batch) -> tuple[Array, dict[str, Array]]:
-    """Mean of the start and end cross-entropies of span logits [B, L, 2]."""
+def span_loss(logits: Array, batch: Batch) -> Metrics:
+    """Mean over the examples of the start and end cross-entropies' mean, of span logits
+    [B, L, 2]."""
     start_loss, start_acc = _xent(logits[..., 0], batch["start_position"])
     end_loss, end_acc = _xent(logits[..., 1], batch["end_position"])
-    loss = 0.5 * (start_loss + end_loss)
-    return loss, {"loss": loss, "start_accuracy": start_acc, "end_accuracy": end_acc}
+    loss = Mean(0.5 * (start_loss.total + end_loss.total), start_loss.weight)
+    return {"task_loss": loss, "start_accuracy": start_acc, "end_accuracy": end_acc}
+
+
+def _example_count(batch: Batch) -> Array:
+    return jnp.float32(batch["start_position"].shape[0])
 
 
 def _example_labels(dtype: type) -> Callable[[int, int], Arrays]:
@@ -130,11 +134,16 @@ class Output:
     """One kind of prediction: its loss, the training metric shown beside the loss, the
     target arrays of a batch, and whether predictions have a token axis (axis 1). `head` is
     the name a run record gives the head that makes it (training/workdir.py, HEADS: part of
-    model.json's documented format)."""
+    model.json's documented format).
+
+    `loss(outputs, batch)` gives the weighted sums of the task loss (`task_loss`) and the
+    training metrics (Means: objectives/objective.py); `weights(batch)` the task loss's
+    weight summed over a batch, read from its targets alone."""
 
     name: str
     head: str
-    loss: Callable[[Array, Batch], tuple[Array, dict[str, Array]]]
+    loss: Callable[[Array, Batch], Metrics]
+    weights: Callable[[Batch], Array]
     metric: str
     example_targets: Callable[[int, int], Arrays]  # (batch size, length) -> zero targets
     make_targets: Callable[[Sequence[Any], Layout, int], Arrays]  # (values, layout, length)
@@ -144,22 +153,36 @@ class Output:
     def target_features(self) -> tuple[str, ...]:
         return tuple(self.example_targets(1, 1))
 
+    def task_loss(self, sums: SumsFn, **terms: tuple[float, Callable[[Batch], Array]]
+                  ) -> Loss:
+        """The Loss of a head whose weighted sums are `sums`: this output's `task_loss`, plus
+        any auxiliary `terms` (name=(coefficient, weights summed over a batch))."""
+        weights = {"task_loss": self.weights, **{k: w for k, (_, w) in terms.items()}}
+        return Loss(sums, {"task_loss": 1.0, **{k: c for k, (c, _) in terms.items()}},
+                    lambda batch: {k: w(batch) for k, w in weights.items()})
+
     def targets(self, values: Sequence[Any], layout: Layout, length: int) -> Arrays:
         """The target arrays of the values a task's `targets` gave, for an encoding whose
         layout is `layout` (word positions for WORD_CLASSES) and token length `length`."""
         return self.make_targets(values, layout, length)
 
 
-CLASSES = Output("classes", "classify", classes_loss, "accuracy", _example_labels(np.int32),
-                 _labels(np.int32))
-SCORE = Output("score", "regress", score_loss, "mse", _example_labels(np.float32),
-               _labels(np.float32))
-CHOICE = Output("choice", "choice", classes_loss, "accuracy", _example_labels(np.int32),
-                _labels(np.int32))
-WORD_CLASSES = Output("word_classes", "tag", word_classes_loss, "accuracy",
+def _summed(weights: Callable[[Batch], Array]) -> Callable[[Batch], Array]:
+    return lambda batch: weights(batch).astype(jnp.float32).sum()
+
+
+_PER_EXAMPLE = _summed(example_weights)
+_PER_WORD = _summed(lambda batch: batch["label_weights"])
+CLASSES = Output("classes", "classify", classes_loss, _PER_EXAMPLE, "accuracy",
+                 _example_labels(np.int32), _labels(np.int32))
+SCORE = Output("score", "regress", score_loss, _PER_EXAMPLE, "mse",
+               _example_labels(np.float32), _labels(np.float32))
+CHOICE = Output("choice", "choice", classes_loss, _PER_EXAMPLE, "accuracy",
+                _example_labels(np.int32), _labels(np.int32))
+WORD_CLASSES = Output("word_classes", "tag", word_classes_loss, _PER_WORD, "accuracy",
                       _example_word_labels, word_targets, token_axis=True)
-SPANS = Output("spans", "span", span_loss, "start_accuracy", _example_spans, _encoded_spans,
-               token_axis=True)
+SPANS = Output("spans", "span", span_loss, _example_count, "start_accuracy", _example_spans,
+               _encoded_spans, token_axis=True)
 OUTPUTS = (CLASSES, SCORE, CHOICE, WORD_CLASSES, SPANS)  # one per recorded head name (HEADS)
 
 

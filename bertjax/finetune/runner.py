@@ -97,7 +97,8 @@ def _prepare(recipe: Recipe, resolved: Resolved, init: str | Pretrained, train: 
                                                                        lower_case=lower_case)
     init_spec = init if isinstance(init, str) else model.source
     check_same_tokenizer(workdir, model, init_spec)  # a resume: the vocabulary it trained with
-    setup = setup_task(recipe, model, train_examples, eval_examples, eval_name, resolved)
+    setup = setup_task(recipe, model, train_examples, eval_examples, eval_name, resolved,
+                       train_name)
     official.warn_unseen_labels(predict, recipe, resolved.task, setup.labels)
     steps = num_steps(recipe, len(train_examples))
     tx = make_optimizer(recipe.optimizer, recipe.learning_rate,

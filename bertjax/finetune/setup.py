@@ -19,6 +19,7 @@ from bertjax.finetune.adapter import Adapter, Arrays, SetupError, check_supporte
 from bertjax.finetune.arrays import ArraySource
 from bertjax.finetune.examples import Example
 from bertjax.finetune.families import get_adapter
+from bertjax.finetune.glue_tasks import named_glue_task
 from bertjax.finetune.length_buckets import LengthBuckets
 from bertjax.finetune.packed import PackedArraySource
 from bertjax.finetune.recipe import Recipe
@@ -120,10 +121,11 @@ def resolve(recipe: Recipe) -> Resolved:
 
 
 def setup_task(recipe: Recipe, model: Pretrained, train: Sequence[Example],
-               dev: Sequence[Example], eval_spec: str, resolved: Resolved | None = None
-               ) -> TaskSetup:
+               dev: Sequence[Example], eval_spec: str, resolved: Resolved | None = None,
+               train_spec: str = "") -> TaskSetup:
     """The TaskSetup of `recipe` for the pretrained `model` on the training and evaluation
-    examples; `resolved`: the recipe's task and adapter, when the caller has looked them up."""
+    examples (`eval_spec`, `train_spec`: where they were read from, for labels and the main
+    metric); `resolved`: the recipe's task and adapter, when the caller has looked them up."""
     resolved = resolved or resolve(recipe)
     task, adapter_class = resolved.task, resolved.adapter_class
     order = recipe.labels if recipe.labels is not None else getattr(train, "label_order", None)
@@ -131,7 +133,7 @@ def setup_task(recipe: Recipe, model: Pretrained, train: Sequence[Example],
     numbered = order is not None or (labels is not None and integer_labels(labels))
     adapter = adapter_class(recipe, model, task, task.num_outputs(labels), train)
     data = EvalData(list(dev), task.golds(dev), labels, None, recipe, numbered)
-    main_metric = check_main_metric(task, data)
+    main_metric = check_main_metric(task, data, (eval_spec, train_spec))
     train_arrays = adapter.encode(train, task.targets(train, labels)).arrays
     dev_encoded = adapter.encode(dev)
     data = dataclasses.replace(data, layout=dev_encoded.layout)
@@ -139,11 +141,18 @@ def setup_task(recipe: Recipe, model: Pretrained, train: Sequence[Example],
                      dev_encoded.arrays, data, main_metric)
 
 
-def check_main_metric(task: Task, data: EvalData) -> str:
-    """The metric that picks the best checkpoint: finetune.main_metric, else the task
-    type's; one line when the task does not report it on this data."""
-    chosen = data.recipe.main_metric or task.main_metric
+def check_main_metric(task: Task, data: EvalData, specs: Sequence[str] = ()) -> str:
+    """The metric that picks the best checkpoint: finetune.main_metric, else the metric that
+    ranks the GLUE task the data `specs` name (CoLA's MCC, MRPC's F1: glue_tasks.py) where
+    this data reports it, else the task type's; one line when finetune.main_metric is not
+    reported for this data."""
     reported = [key for key, _ in task.metric_table(data)]
+    chosen = data.recipe.main_metric
+    if chosen is None:
+        glue = [g for g in map(named_glue_task, filter(None, specs))
+                if g is not None and g.task_type == task.name]
+        chosen = next((g.main_metric for g in glue if g.main_metric in reported),
+                      task.main_metric)
     if chosen not in reported:
         hint = (" (F1 needs a positive class: set finetune.positive_label)"
                 if chosen == "f1" and "accuracy" in reported else "")

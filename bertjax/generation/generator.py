@@ -4,8 +4,9 @@
     gen.generate(["The module", "A"], max_new_tokens=40, temperature=0.8, top_k=40, seed=1)
     gen.score("The capital of France is", [" Paris", " Rome"])   # log-likelihoods
 
-Stop strings end a continuation (the text is cut before them); a stop string that some
-vocabulary tokens contain also ends the decode loop early for that row.
+Stop strings end a continuation: the text is cut where the first one begins, inside a token
+if need be (stop "." keeps " etc" of a token " etc."); a stop string that some vocabulary
+tokens contain also ends the decode loop early for that row, after the first such token.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ class Generator:
         """New token ids for each prompt (token lists), cut before the first stop token.
         `sampling` defaults to plain sampling at temperature 1. Prompt k samples with its own
         key, fold_in(key(seed), k), as `generate` says."""
+        rows = self._generate_rows(prompts, max_new_tokens, sampling, seed, stop_ids)
+        return [row[:-1] if row and row[-1] in stop_ids else row for row in rows]
+
+    def _generate_rows(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                       sampling: Sampling | None, seed: int, stop_ids: Sequence[int]
+                       ) -> list[list[int]]:
+        """New token ids for each prompt up to and with its first stop token: the text before
+        a stop string inside that token is still part of the continuation."""
         sampling = Sampling() if sampling is None else sampling
         check_fits([len(p) for p in prompts], max_new_tokens, self.config.max_position_embeddings)
         results: list[list[int]] = [[] for _ in prompts]
@@ -102,7 +111,8 @@ class Generator:
                                vocab_limit=self.tokenizer.vocab_size,
                                row_ids_B=np.asarray(rows, dtype=np.int32))
             for r, row in zip(rows, np.asarray(out).tolist(), strict=True):
-                results[r] = row[:next((j for j, t in enumerate(row) if t in stop_ids), len(row))]
+                stop = next((j for j, t in enumerate(row) if t in stop_ids), len(row) - 1)
+                results[r] = row[:stop + 1]
         return results
 
     def _batches(self, lengths: Sequence[int], max_new_tokens: int) -> list[list[int]]:
@@ -135,9 +145,8 @@ class Generator:
         sampling = Sampling(temperature, top_k, top_p)
         eos = self.tokenizer.eos_id
         encoded = [self.tokenizer.encode(p) or ([eos] if eos is not None else []) for p in prompts]
-        tokens = self.generate_tokens(encoded, max_new_tokens, sampling, seed, self.stop_ids(stop))
-        texts = [self.tokenizer.decode(t) for t in tokens]
-        return [_cut(text, stop) for text in texts]
+        rows = self._generate_rows(encoded, max_new_tokens, sampling, seed, self.stop_ids(stop))
+        return [_cut(self.tokenizer.decode(row), stop) for row in rows]
 
     # ---- scoring
     def score(self, context: str, candidates: Sequence[str]) -> np.ndarray:

@@ -9,7 +9,7 @@ and lengths (cuDNN) or segment ids (splash), and causality as a flag. Implementa
 * "xla": einsums with the [B, H, Q, T] probabilities materialised; exact, and the CPU default.
   Its attention dropout draws from the run's dropout key, so a resumed run replays it exactly.
 * "dot_product": `jax.nn.dot_product_attention`; cuDNN's fused (flash) kernel on NVIDIA GPUs
-  for bfloat16/float16 compute, XLA's composition elsewhere. With attention dropout the
+  for bfloat16 compute, XLA's composition elsewhere. With attention dropout the
   cuDNN kernel drops out the probabilities itself (`cudnn_attention`); where cuDNN cannot
   run, the "xla" path does.
 * "splash": Pallas splash attention on TPU v4 and later (layers/splash.py), heads sharded
@@ -18,10 +18,11 @@ and lengths (cuDNN) or segment ids (splash), and causality as a flag. Implementa
   size it supports) or no attention dropout applies; "xla" otherwise and on CPU and TPU.
 
 cuDNN's attention dropout takes its random bits from cuDNN's own Philox stream: a static
-seed per attention layer (a hash of the layer's module path) and an offset that XLA advances
-at every launch. Its masks are as random as the XLA path's, but not a function of the run's
-dropout key, so a run resumed from a checkpoint does not replay the same attention masks (the
-"xla" path does).
+seed per attention layer (a hash of the layer's module path and index) and an offset that
+each kernel advances at every launch; in a scanned stack each layer gets its kernel through a
+switch on the layer index (layers/cudnn_attention.py says why). Its masks are as random as
+the XLA path's, but not a function of the run's dropout key, so a run resumed from a
+checkpoint does not replay the same attention masks (the "xla" path does).
 
 With `decode=True` the module keeps a key/value cache in the "cache" collection for
 autoregressive decoding: the first (initialising) call sizes the cache from its input
@@ -43,6 +44,8 @@ its leading axis and read the cache in place, and its projections are plain [B*L
 [E, H*D] / [B*L, H*D] x [H*D, E] matrix products over the stored kernels.
 """
 
+
+import functools
 
 import flax.linen as nn
 import jax
@@ -103,6 +106,7 @@ def fused_attention(q_BxQxHxD: Array, k_BxTxHxD: Array, v_BxTxHxD: Array,
 
 
 Queries = int | Array | None  # which positions' outputs a layer computes (keep_queries)
+Layer = int | tuple[Array, int]  # a layer's index, or a scanned layer's (index, layers)
 
 
 def keep_queries(x_BxLxE: Array, queries: Queries) -> Array:
@@ -198,9 +202,11 @@ class MultiHeadAttention(nn.Module):
     @nn.compact
     def __call__(
         self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool,
-        decode: bool = False, queries: Queries = None,
+        decode: bool = False, queries: Queries = None, layer: Layer = 0,
     ) -> Array:
-        """Attention outputs of every position, or of `queries` only (see `keep_queries`)."""
+        """Attention outputs of every position, or of `queries` only (see `keep_queries`).
+        `layer`: this layer's index in its stack (int), or in a scanned stack (index, number
+        of layers) with a traced index: it seeds cuDNN's attention dropout."""
         E, H, D = x_BxLxE.shape[-1], self.num_heads, self.head_dim
         x_BxLxE = x_BxLxE.astype(self.dtype)
         kernels = {  # created in this order: it fixes each parameter's init key
@@ -242,11 +248,22 @@ class MultiHeadAttention(nn.Module):
         elif impl == "splash":
             out_BxQxHxD = splash_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
         elif dropout:  # resolve_impl chose dot_product with dropout: cuDNN runs it
-            out_BxQxHxD = cudnn_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask,
-                                          self.dropout_rate, layer_seed(self.scope.path))
+            out_BxQxHxD = self._cudnn_dropout(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask, layer)
         else:
             out_BxQxHxD = fused_attention(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, mask)
         return jnp.einsum("blhd,hde->ble", out_BxQxHxD, w_HxDxE) + b_E
+
+    def _cudnn_dropout(self, q_BxQxHxD: Array, k_BxLxHxD: Array, v_BxLxHxD: Array,
+                       mask: AttentionMask | None, layer: Layer) -> Array:
+        """cuDNN attention with dropout seeded for this layer: one kernel per layer, a layer
+        of a scanned stack choosing its own among the stack's (lax.switch on its index)."""
+        path = self.scope.path
+        attend = functools.partial(cudnn_attention, mask=mask, dropout_rate=self.dropout_rate)
+        if isinstance(layer, int):
+            return attend(q_BxQxHxD, k_BxLxHxD, v_BxLxHxD, seed=layer_seed(path, layer))
+        index, num_layers = layer
+        kernels = [functools.partial(attend, seed=layer_seed(path, i)) for i in range(num_layers)]
+        return jax.lax.switch(index, kernels, q_BxQxHxD, k_BxLxHxD, v_BxLxHxD)
 
     def _xla(self, q_BxQxHxD: Array, k_BxLxHxD: Array, v_BxLxHxD: Array,
              mask: AttentionMask | None, deterministic: bool) -> Array:

@@ -7,8 +7,14 @@ Both go through JAX's cuDNN binding (`jax._src.cudnn.fused_attention_stablehlo`)
 `tests/layers/test_attention_impls.py` checks the arguments this module passes against the
 binding's signature. It runs on NVIDIA GPUs only: callers check `cudnn_runs` first.
 
-Dropout: cuDNN draws its keep mask from its own Philox stream, seeded by a static `seed` (one
-per attention layer, see MultiHeadAttention) at an offset XLA advances at every launch.
+Dropout: cuDNN draws its keep mask from its own Philox stream, seeded by a static `seed` at
+an offset that each kernel (each custom call of the compiled program) advances at each of its
+launches. A layer's forward kernel, its backward kernel and a rematerialised forward each
+launch once per step when the layer has a kernel of its own, so they draw the same mask; one
+kernel serving every layer of a scanned stack would launch once per layer, forward in layer
+order and backward in reverse, and pair each layer's backward with another layer's mask. So
+every attention layer has its own seed (`layer_seed`: the module path and the layer index)
+and, in a scanned stack, its own kernel (MultiHeadAttention switches on the layer index).
 """
 
 import zlib
@@ -28,10 +34,11 @@ def cudnn_runs(dtype: object, head_dim: int) -> bool:
     return jax.default_backend() == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128
 
 
-def layer_seed(path: tuple[str, ...]) -> int:
-    """A static dropout seed for one attention layer: its module path hashed, so every layer
-    of an unrolled stack draws its own masks."""
-    return zlib.crc32("/".join(path).encode()) & 0x7FFFFFFF
+def layer_seed(path: tuple[str, ...], layer: int = 0) -> int:
+    """A static dropout seed for one attention layer: its module path and its index in the
+    stack hashed, so every layer draws its own masks, unrolled or scanned (whose layers share
+    one module path)."""
+    return zlib.crc32(f"{'/'.join(path)}#{layer}".encode()) & 0x7FFFFFFF
 
 
 def _binding():  # noqa: ANN202

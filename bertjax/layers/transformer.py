@@ -12,6 +12,7 @@ from bertjax.layers.attention import (
     ATTENTION_IMPLS,
     NO_DROPOUT_IMPLS,
     AttentionMask,
+    Layer,
     MultiHeadAttention,
     Queries,
     keep_queries,
@@ -25,7 +26,7 @@ ACTIVATIONS = {
     "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),  # GPT / GPT-2
     "relu": jax.nn.relu,
 }
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("float32", "bfloat16")  # float16 is refused: see dtype_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +76,7 @@ class TransformerConfig:
 
     def __post_init__(self) -> None:
         for name in ("dtype", "param_dtype"):  # jnp.bfloat16 and "bfloat16" alike: the name
-            object.__setattr__(self, name, _dtype_name(name, getattr(self, name)))
+            object.__setattr__(self, name, dtype_name(name, getattr(self, name)))
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {self.activation!r}: set activation to one "
                              f"of {', '.join(ACTIVATIONS)}")
@@ -116,12 +117,21 @@ class TransformerConfig:
         return self.initializer_range
 
 
-def _dtype_name(setting: str, value: object) -> str:
-    """The name of a dtype given by name or as a jnp type, if it is one bertjax computes in."""
+def dtype_name(setting: str, value: object) -> str:
+    """The name of a dtype given by name or as a jnp type, if it is one bertjax computes in.
+
+    float16 is refused: its range ends at 6e-5 (subnormals at 6e-8), so without loss scaling
+    most small gradients underflow to zero (at BERT-base MLM size 93% of the non-target logit
+    gradients), and bertjax scales no loss. bfloat16 has float32's range; it is what TPUs and
+    Ampere-or-newer GPUs compute in, without loss scaling, as MaxText and t5x train."""
     try:
         name = jnp.dtype(value).name
     except TypeError:
         name = None
+    if name == "float16":
+        raise ValueError(f"{setting} float16 trains with gradients that underflow to zero "
+                         f"(bertjax scales no loss): set {setting} = 'bfloat16', which has "
+                         "float32's range")
     if name not in DTYPES:
         choices = ", ".join(DTYPES)
         raise ValueError(f"unknown {setting} {value!r}: set {setting} to one of {choices}")
@@ -182,8 +192,9 @@ class TransformerBlock(nn.Module):
     @nn.compact
     def __call__(
         self, x_BxLxE: Array, mask: AttentionMask | None, deterministic: bool, decode: bool = False,
-        queries: Queries = None,
+        queries: Queries = None, layer: Layer = 0,
     ) -> Array:
+        """`layer`: the block's index in its stack (see MultiHeadAttention)."""
         cfg = self.config
         attention = MultiHeadAttention(
             num_heads=cfg.num_heads,
@@ -205,12 +216,12 @@ class TransformerBlock(nn.Module):
         kept_BxQxE = keep_queries(x_BxLxE, queries)
         if cfg.pre_layer_norm:
             x_BxLxE = kept_BxQxE + dropout(
-                attention(ln_attention(x_BxLxE), mask, deterministic, decode, queries),
+                attention(ln_attention(x_BxLxE), mask, deterministic, decode, queries, layer),
                 deterministic,
             )
             x_BxLxE = x_BxLxE + dropout(mlp(ln_mlp(x_BxLxE)), deterministic)
         else:
-            attended = dropout(attention(x_BxLxE, mask, deterministic, decode, queries),
+            attended = dropout(attention(x_BxLxE, mask, deterministic, decode, queries, layer),
                                deterministic)
             x_BxLxE = ln_attention(kept_BxQxE + attended)
             x_BxLxE = ln_mlp(x_BxLxE + dropout(mlp(x_BxLxE), deterministic))
@@ -243,12 +254,12 @@ class TransformerStack(nn.Module):
             return keep_queries(y_BxLxE, last_queries), hidden_states
         block_cls = TransformerBlock
         if cfg.remat and not decode:
-            block_cls = nn.remat(TransformerBlock, static_argnums=(3, 4, 5))
+            block_cls = nn.remat(TransformerBlock, static_argnums=(3, 4, 5, 6))
         hidden_states = [x_BxLxE]
         for i in range(cfg.num_layers):
             queries = last_queries if i == cfg.num_layers - 1 else None
             x_BxLxE = block_cls(cfg, name=f"layer_{i}")(x_BxLxE, mask, deterministic, decode,
-                                                         queries)
+                                                         queries, i)
             hidden_states.append(x_BxLxE)
         if cfg.pre_layer_norm:
             x_BxLxE = layer_norm(cfg, "final_layer_norm")(x_BxLxE)
@@ -266,12 +277,12 @@ class TransformerStack(nn.Module):
             body,
             variable_axes={"params": 0, "cache": 0, "intermediates": 0},
             split_rngs={"params": True, "dropout": True},
-            in_axes=nn.broadcast,
+            in_axes=(nn.broadcast, 0),  # the mask, and each layer's index
             length=cfg.num_layers,
             metadata_params={nn.PARTITION_NAME: "layers"},
         )
         layers = scanned(cfg, deterministic, decode, name="layers")
-        y_BxLxE, stacked_NxBxLxE = layers(x_BxLxE, mask)
+        y_BxLxE, stacked_NxBxLxE = layers(x_BxLxE, mask, jnp.arange(cfg.num_layers))
         hidden_states = [x_BxLxE, *stacked_NxBxLxE]
         if cfg.pre_layer_norm:
             y_BxLxE = layer_norm(cfg, "final_layer_norm")(y_BxLxE)
@@ -279,14 +290,17 @@ class TransformerStack(nn.Module):
 
 
 class _ScanBlock(nn.Module):
-    """A TransformerBlock in scan form: (carry, mask) -> (carry, this layer's output)."""
+    """A TransformerBlock in scan form: (carry, mask, layer index) -> (carry, this layer's
+    output)."""
 
     config: TransformerConfig
     deterministic: bool
     decode: bool = False
 
     @nn.compact
-    def __call__(self, x_BxLxE: Array, mask: AttentionMask | None) -> tuple[Array, Array]:
+    def __call__(self, x_BxLxE: Array, mask: AttentionMask | None, layer: Array
+                 ) -> tuple[Array, Array]:
         block = TransformerBlock(self.config, name="block")
-        y_BxLxE = block(x_BxLxE, mask, self.deterministic, self.decode)
+        y_BxLxE = block(x_BxLxE, mask, self.deterministic, self.decode, None,
+                        (layer, self.config.num_layers))
         return y_BxLxE, y_BxLxE

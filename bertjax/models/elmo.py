@@ -37,6 +37,7 @@ import numpy as np
 from bertjax.layers.char_cnn import ELMO_FILTERS, CharCnnEncoder
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.lstm import ProjectedLstm, reverse_padded
+from bertjax.layers.transformer import dtype_name
 from bertjax.models.sizes import FamilyConfig
 from bertjax.typing import Params
 
@@ -78,6 +79,8 @@ class ElmoConfig(FamilyConfig):
             raise ValueError(f"unknown token encoder {self.token_encoder!r}: set "
                              f"elmo_config.token_encoder to one of {', '.join(TOKEN_ENCODERS)}")
         object.__setattr__(self, "char_filters", tuple(tuple(f) for f in self.char_filters))
+        for name in ("dtype", "param_dtype"):  # names, as TransformerConfig keeps them
+            object.__setattr__(self, name, dtype_name(name, getattr(self, name)))
 
     @property
     def num_representations(self) -> int:

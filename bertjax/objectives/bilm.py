@@ -2,6 +2,9 @@
 
     loss = (NLL_forward + NLL_backward) / 2,   perplexity per direction = exp(NLL_direction)
 
+each NLL the mean over its direction's targets (a sentence's real tokens but the first or the
+last; every position of a stream window).
+
 Two batch layouts (see `bertjax.data.elmo.examples`):
   * sentences: token_ids [B, T] (<S> w_1 .. w_n </S>, padded), lengths [B], char_ids
     [B, T, C]. The forward direction predicts token t+1 at t, the backward one token t-1.
@@ -24,7 +27,7 @@ import optax
 from flax.typing import VariableDict
 
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, zero_carry
-from bertjax.objectives.objective import Carry, Objective
+from bertjax.objectives.objective import Carry, Loss, Mean, Metrics, Objective
 from bertjax.objectives.sampled_softmax import sampled_softmax_xent
 from bertjax.typing import Params
 
@@ -81,6 +84,21 @@ def _xent(h_2xBxTxP: Array, targets_2xBxT: Array, softmax: tuple[Array, Array],
     return jnp.stack(xents)
 
 
+def bilm_targets(batch: dict[str, Array]) -> tuple[Array, Array]:
+    """Targets [2, B, T] (forward, backward) and their weights: a sentence's real next and
+    previous tokens, or every position of a stream window."""
+    if "carry_c" in batch:
+        targets = jnp.stack([batch["next_token_ids"], batch["reverse_next_token_ids"]])
+        return targets, jnp.ones(targets.shape, jnp.float32)
+    return sentence_targets(batch["token_ids"], batch["lengths"])
+
+
+def bilm_weights(batch: dict[str, Array]) -> dict[str, Array]:
+    """The forward and backward targets' weights summed over `batch`."""
+    weights_2 = bilm_targets(batch)[1].sum((1, 2))
+    return {"forward_loss": weights_2[0], "backward_loss": weights_2[1]}
+
+
 def bilm_loss(
     params: Params,
     batch: dict[str, Array],
@@ -88,8 +106,9 @@ def bilm_loss(
     model: ElmoBiLM,
     num_sampled: int = 0,
     unique: bool = True,
-) -> tuple[Array, dict[str, Array]]:
-    """loss_fn(params, batch, rng) -> (loss, metrics); num_sampled 0 means full softmax."""
+) -> Metrics:
+    """The weighted sums of the biLM's loss and metrics (a Loss's sums); num_sampled 0 means
+    full softmax."""
     deterministic = rng is None
     rngs = None if deterministic else {"dropout": jax.random.fold_in(rng, 0)}
     stream = "carry_c" in batch
@@ -100,28 +119,21 @@ def bilm_loss(
     h_2xBxTxP, softmax, carry = model.apply(
         {"params": params}, batch, deterministic, method=tops, rngs=rngs
     )
-    if stream:
-        targets = jnp.stack([batch["next_token_ids"], batch["reverse_next_token_ids"]])
-        weights = jnp.ones(targets.shape, jnp.float32)
-    else:
-        targets, weights = sentence_targets(batch["token_ids"], batch["lengths"])
+    targets, weights = bilm_targets(batch)
     sample_rng = None if deterministic else jax.random.fold_in(rng, 1)
     xent_2xBxT = _xent(h_2xBxTxP, targets, softmax, sample_rng, num_sampled, unique)
-    count_2 = jnp.maximum(weights.sum((1, 2)), 1.0)
-    nll_2 = (xent_2xBxT * weights).sum((1, 2)) / count_2
-    loss = 0.5 * (nll_2[0] + nll_2[1])
+    forward, backward = Mean.of(xent_2xBxT[0], weights[0]), Mean.of(xent_2xBxT[1], weights[1])
     metrics = {
-        "loss": loss,
-        "forward_loss": nll_2[0],
-        "backward_loss": nll_2[1],
-        "forward_ppl": jnp.exp(nll_2[0]),
-        "backward_ppl": jnp.exp(nll_2[1]),
-        "tokens": weights[0].sum(),
+        "forward_loss": forward,
+        "backward_loss": backward,
+        "forward_ppl": Mean(forward.total, forward.weight, exp=True),
+        "backward_ppl": Mean(backward.total, backward.weight, exp=True),
+        "tokens": forward.weight,
     }
     if stream:
         metrics["carry_c"] = jax.lax.stop_gradient(carry["c"])
         metrics["carry_h"] = jax.lax.stop_gradient(carry["h"])
-    return loss, metrics
+    return metrics
 
 
 def example_batch_fn(config: ElmoConfig, mode: str
@@ -186,8 +198,10 @@ def elmo_pretraining(
         return model.init({"params": rng, "dropout": rng}, batch["token_ids"],
                           batch.get("char_ids"), lengths)
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None) -> tuple:
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         return bilm_loss(params, batch, rng, model, sampled, sampler_unique)
+
+    loss_fn = Loss(sums, {"forward_loss": 0.5, "backward_loss": 0.5}, bilm_weights)
 
     progress = (("loss", "loss"), ("forward_ppl", "fwd_ppl"), ("backward_ppl", "bwd_ppl"))
     carry = lstm_state_carry(config) if mode == "stream" else None

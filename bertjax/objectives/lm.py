@@ -14,29 +14,35 @@ import jax.numpy as jnp
 import numpy as np
 
 from bertjax.models.gpt import GptConfig, GptLM
-from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.objectives.objective import Loss, Mean, Metrics, Objective, init_from_batch
 from bertjax.objectives.xent import weighted_cross_entropy
 from bertjax.typing import Params
 
 Array = jax.Array
 
 
+def lm_weights(weights_BxL: Array) -> Array:
+    """The targets' weights as float32 (a mask of real tokens, or the data's loss weights)."""
+    return weights_BxL.astype(jnp.float32)
+
+
 def lm_loss(
     logits_BxLxV: Array, target_ids_BxL: Array, weights_BxL: Array, fused: bool = True
-) -> tuple[Array, dict[str, Array]]:
-    """Weighted mean next-token cross-entropy (float32), accuracy and perplexity = exp(loss)."""
+) -> Metrics:
+    """Weighted next-token cross-entropy (float32), accuracy and perplexity = exp(loss), as
+    Means (objectives/objective.py), and the weight itself, `lm_weight`."""
     with jax.named_scope("lm_loss"):  # the profile's "loss and softmax" row
-        loss, accuracy, weight = weighted_cross_entropy(logits_BxLxV, target_ids_BxL,
-                                                        weights_BxL, fused)
-        return loss, {"lm_loss": loss, "lm_accuracy": accuracy, "perplexity": jnp.exp(loss),
-                      "lm_weight": weight}
+        loss, accuracy = weighted_cross_entropy(logits_BxLxV, target_ids_BxL,
+                                                lm_weights(weights_BxL), fused)
+        return {"lm_loss": loss, "lm_accuracy": accuracy,
+                "perplexity": Mean(loss.total, loss.weight, exp=True), "lm_weight": loss.weight}
 
 
 def gpt_lm_loss(
     params: Params, batch: dict[str, Array], rng: Array | None, apply_fn: Callable,
     fused: bool = True,
-) -> tuple[Array, dict[str, Array]]:
-    """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for GptLM.
+) -> Metrics:
+    """The weighted sums of GptLM's next-token loss and metrics (a Loss's sums).
 
     `rng` drives dropout; None gives a deterministic (evaluation) forward pass.
     """
@@ -48,8 +54,7 @@ def gpt_lm_loss(
         deterministic=deterministic,
         rngs=None if deterministic else {"dropout": rng},
     )
-    loss, metrics = lm_loss(logits_BxLxV, batch["target_ids"], batch["loss_weights"], fused)
-    return loss, {**metrics, "loss": loss}
+    return lm_loss(logits_BxLxV, batch["target_ids"], batch["loss_weights"], fused)
 
 
 def example_lm_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
@@ -67,8 +72,11 @@ def gpt_pretraining(config: GptConfig, fused_loss: bool = True) -> Objective:
     the loss from a float32 copy of the logits (the A/B baseline)."""
     model = GptLM(config)
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         return gpt_lm_loss(params, batch, rng, model.apply, fused_loss)
+
+    loss_fn = Loss(sums, {"lm_loss": 1.0},
+                   lambda batch: {"lm_loss": lm_weights(batch["loss_weights"]).sum()})
 
     progress = (("loss", "loss"), ("perplexity", "ppl"), ("lm_accuracy", "acc"))
     return Objective("gpt_pretraining", "gpt", config, model, init_from_batch(model, "input_ids"),

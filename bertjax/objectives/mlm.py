@@ -4,6 +4,7 @@ import math
 
 import jax
 
+from bertjax.objectives.objective import Metrics
 from bertjax.objectives.xent import weighted_cross_entropy
 
 Array = jax.Array
@@ -12,17 +13,18 @@ Array = jax.Array
 def mlm_loss(
     logits_BxPxV: Array, masked_lm_ids_BxP: Array, masked_lm_weights_BxP: Array,
     fused: bool = True,
-) -> tuple[Array, dict[str, Array]]:
-    """Weighted mean cross-entropy over masked positions (float32), plus accuracy.
+) -> Metrics:
+    """Weighted cross-entropy over masked positions (float32) and accuracy, as Means (sums
+    over the weights: objectives/objective.py), and the weight itself, `mlm_weight`.
 
     `masked_lm_weights` is 1 for every selected position (whether it became [MASK], a random
     token or stayed unchanged) and 0 for padding, so all selected tokens are predicted.
     `fused` (default) reads the logits without a float32 copy (objectives/xent.py).
     """
     with jax.named_scope("mlm_loss"):  # the profile's "loss and softmax" row
-        loss, accuracy, weight = weighted_cross_entropy(logits_BxPxV, masked_lm_ids_BxP,
-                                                        masked_lm_weights_BxP, fused)
-        return loss, {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": weight}
+        loss, accuracy = weighted_cross_entropy(logits_BxPxV, masked_lm_ids_BxP,
+                                                masked_lm_weights_BxP, fused)
+        return {"mlm_loss": loss, "mlm_accuracy": accuracy, "mlm_weight": loss.weight}
 
 
 def packed_predictions(seq_length: int, packed_sequences: int = 0,

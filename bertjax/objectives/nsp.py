@@ -4,24 +4,26 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.objectives.objective import Mean, Metrics
+
 Array = jax.Array
 
 
-def nsp_loss(logits_Nx2: Array, labels_N: Array, weights_N: Array | None = None
-             ) -> tuple[Array, dict[str, Array]]:
-    """Mean cross-entropy over the pairs (float32), plus accuracy.
+def nsp_weights(labels_N: Array, weights_N: Array | None = None) -> Array:
+    """The weight of each pair: 1 per row, or packed rows' `next_sentence_weights` [B, K] (1
+    where a row holds its k-th pair, 0 in unused slots)."""
+    return jnp.ones(labels_N.shape, jnp.float32) if weights_N is None else weights_N
+
+
+def nsp_loss(logits_Nx2: Array, labels_N: Array, weights_N: Array | None = None) -> Metrics:
+    """Cross-entropy over the pairs (float32) and accuracy, as Means (objectives/objective.py).
 
     Logits [..., 2] and labels [...]: one pair per row, or [B, K] pairs of packed rows with
-    `weights` 1 where a row holds its k-th pair and 0 in unused slots."""
+    their `weights` (nsp_weights)."""
     with jax.named_scope("nsp_loss"):  # the profile's "loss and softmax" row
         logits_Nx2 = logits_Nx2.astype(jnp.float32)
         xent_N = optax.softmax_cross_entropy_with_integer_labels(logits_Nx2, labels_N)
         correct_N = (logits_Nx2.argmax(-1) == labels_N).astype(jnp.float32)
-        if weights_N is None:
-            loss, accuracy = xent_N.mean(), correct_N.mean()
-        else:
-            weights_N = weights_N.astype(jnp.float32)
-            denom = jnp.maximum(weights_N.sum(), 1e-6)
-            loss = (xent_N * weights_N).sum() / denom
-            accuracy = (correct_N * weights_N).sum() / denom
-        return loss, {"nsp_loss": loss, "nsp_accuracy": accuracy}
+        weights_N = nsp_weights(labels_N, weights_N)
+        return {"nsp_loss": Mean.of(xent_N, weights_N),
+                "nsp_accuracy": Mean.of(correct_N, weights_N)}

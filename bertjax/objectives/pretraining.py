@@ -15,10 +15,10 @@ import numpy as np
 from flax.typing import VariableDict
 
 from bertjax.models.bert import BertConfig, BertForPreTraining
-from bertjax.objectives.lm import lm_loss
+from bertjax.objectives.lm import lm_loss, lm_weights
 from bertjax.objectives.mlm import mlm_loss, packed_predictions
-from bertjax.objectives.nsp import nsp_loss
-from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.objectives.nsp import nsp_loss, nsp_weights
+from bertjax.objectives.objective import Loss, Metrics, Objective, init_from_batch
 from bertjax.typing import Params
 
 Array = jax.Array
@@ -30,8 +30,8 @@ PACKING_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
 def bert_pretraining_loss(
     params: Params, batch: dict[str, Array], rng: Array, apply_fn: Callable, use_nsp: bool = True,
     fused_loss: bool = True,
-) -> tuple[Array, dict[str, Array]]:
-    """loss_fn(params, batch, rng, apply_fn) -> (loss, metrics) for BertForPreTraining.
+) -> Metrics:
+    """The weighted sums of BertForPreTraining's MLM (+ NSP) loss and metrics (a Loss's sums).
 
     `rng` drives dropout; pass None for a deterministic (evaluation) forward pass. A packed
     batch carries PACKING_FEATURES and `next_sentence_weights` besides the usual features.
@@ -48,15 +48,23 @@ def bert_pretraining_loss(
         packing={k: batch[k] for k in PACKING_FEATURES} if packed else None,
         rngs=None if deterministic else {"dropout": rng},
     )
-    loss, metrics = mlm_loss(
+    metrics = mlm_loss(
         outputs["mlm_logits"], batch["masked_lm_ids"], batch["masked_lm_weights"], fused_loss
     )
     if use_nsp:
-        nsp, nsp_metrics = nsp_loss(outputs["nsp_logits"], batch["next_sentence_label"],
-                                    batch.get("next_sentence_weights"))
-        loss = loss + nsp
-        metrics = {**metrics, **nsp_metrics}
-    return loss, {**metrics, "loss": loss}
+        metrics |= nsp_loss(outputs["nsp_logits"], batch["next_sentence_label"],
+                            batch.get("next_sentence_weights"))
+    return metrics
+
+
+def bert_pretraining_weights(batch: dict[str, Array], use_nsp: bool = True
+                             ) -> dict[str, Array]:
+    """The masked positions' and (with NSP) the pairs' weights summed over `batch`."""
+    weights = {"mlm_loss": batch["masked_lm_weights"].astype(jnp.float32).sum()}
+    if use_nsp:
+        weights["nsp_loss"] = nsp_weights(batch["next_sentence_label"],
+                                          batch.get("next_sentence_weights")).sum()
+    return weights
 
 
 def bert_pretraining(config: BertConfig, use_nsp: bool = True,
@@ -74,9 +82,12 @@ def bert_pretraining(config: BertConfig, use_nsp: bool = True,
         model, "input_ids", "segment_ids", "input_mask", "masked_lm_positions"
     )
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         return bert_pretraining_loss(params, batch, rng, model.apply, use_nsp=use_nsp,
                                      fused_loss=fused_loss)
+
+    terms = {"mlm_loss": 1.0, "nsp_loss": 1.0} if use_nsp else {"mlm_loss": 1.0}
+    loss_fn = Loss(sums, terms, lambda batch: bert_pretraining_weights(batch, use_nsp))
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         predictions = packed_predictions(seq_length, K)
@@ -113,8 +124,8 @@ def next_token_positions(input_ids_BxL: Array) -> Array:
 
 def bert_ltr_loss(
     params: Params, batch: dict[str, Array], rng: Array | None, apply_fn: Callable
-) -> tuple[Array, dict[str, Array]]:
-    """loss_fn for a causal BertForPreTraining: next-token cross-entropy at every real token.
+) -> Metrics:
+    """The sums of a causal BertForPreTraining: next-token cross-entropy at every real token.
 
     The MLM head (transform, LayerNorm, tied projection) reads positions 0 .. L-2 and predicts
     input_ids[:, 1:]; a target counts where it is a real token (input_mask). NSP is not used.
@@ -130,8 +141,7 @@ def bert_ltr_loss(
         deterministic=deterministic,
         rngs=None if deterministic else {"dropout": rng},
     )
-    loss, metrics = lm_loss(outputs["mlm_logits"], ids_BxL[:, 1:], batch["input_mask"][:, 1:])
-    return loss, {**metrics, "loss": loss}
+    return lm_loss(outputs["mlm_logits"], ids_BxL[:, 1:], batch["input_mask"][:, 1:])
 
 
 def bert_ltr_pretraining(config: BertConfig) -> Objective:
@@ -150,8 +160,11 @@ def bert_ltr_pretraining(config: BertConfig) -> Objective:
         return model.init({"params": rng, "dropout": rng}, ids, batch["segment_ids"],
                           batch["input_mask"], next_token_positions(ids))
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         return bert_ltr_loss(params, batch, rng, model.apply)
+
+    loss_fn = Loss(sums, {"lm_loss": 1.0},
+                   lambda batch: {"lm_loss": lm_weights(batch["input_mask"][:, 1:]).sum()})
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         ints = np.zeros((batch_size, seq_length), np.int32)

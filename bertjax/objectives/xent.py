@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.objectives.objective import Mean
+
 Array = jax.Array
 
 
@@ -48,12 +50,11 @@ token_cross_entropy.defvjp(_forward, _backward)
 
 
 def weighted_cross_entropy(logits_NxV: Array, targets_N: Array, weights_N: Array,
-                           fused: bool = True) -> tuple[Array, Array, Array]:
-    """(weighted mean cross-entropy, weighted accuracy, sum of the weights), float32, of
+                           fused: bool = True) -> tuple[Mean, Mean]:
+    """(weighted cross-entropy, weighted accuracy) as Means (float32 sums over the weights) of
     logits [..., V] against targets [...]: `token_cross_entropy`, or with `fused=False` optax's
     cross-entropy on float32 logits (the A/B baseline of the speed levers). A target counts as
     correct where its logit reaches the row maximum."""
-    weights_N = weights_N.astype(jnp.float32)
     if fused:
         xent_N, correct_N = token_cross_entropy(logits_NxV, targets_N)
     else:
@@ -61,6 +62,4 @@ def weighted_cross_entropy(logits_NxV: Array, targets_N: Array, weights_N: Array
         xent_N = optax.softmax_cross_entropy_with_integer_labels(logits_NxV, targets_N)
         target_N = jnp.take_along_axis(logits_NxV, targets_N[..., None], -1)[..., 0]
         correct_N = (target_N >= logits_NxV.max(-1)).astype(jnp.float32)
-    total = weights_N.sum()
-    denom = jnp.maximum(total, 1e-6)
-    return (xent_N * weights_N).sum() / denom, (correct_N * weights_N).sum() / denom, total
+    return Mean.of(xent_N, weights_N), Mean.of(correct_N, weights_N)

@@ -8,14 +8,15 @@ Tokenization follows BERT (Devlin et al. 2018) as implemented by Hugging Face's
 2. uncased only: NFD, drop combining marks (accents), lower-case character by character;
 3. split on spaces and punctuation (ASCII punctuation and Unicode category P*);
 4. greedy longest-match-first WordPiece with `##` continuations; a word longer than
-   200 characters, or one that cannot be covered by pieces, becomes [UNK].
+   100 characters (BertTokenizerFast's max_input_chars_per_word), or one that cannot be
+   covered by pieces, becomes [UNK].
 
 Google's own checkpoints were trained with google-research/bert's tokenization.py, which
 differs in two rules (`rules="google"`, what `--init` of a Google directory uses): its
 _clean_text drops only control (Cc) and format (Cf) characters, so a private-use character
 (Co, such as U+E000) stays and the word holding it becomes [UNK]; and it lower-cases each
 whitespace-separated token with str.lower before NFD, so a word-final capital sigma becomes
-'ς', not 'σ'. Both follow its 200-character word limit (transformers' is 100).
+'ς', not 'σ'. And its words may be up to 200 characters long, not 100.
 
 `basic_tokenize` (python) and `wordpiece_tf.basic_tokenize_tf` (TensorFlow ops, usable in
 `dataset.map`) implement steps 1-3 identically. tensorflow_text's own `BertTokenizer`
@@ -274,6 +275,7 @@ class WordPieceVocabulary:
         if rules not in RULES:
             raise ValueError(f"WordPiece rules {rules!r}: choose one of {', '.join(RULES)}")
         self._rules = rules
+        self._max_word_chars = MAX_CHARS_PER_WORD[rules]
         if not pathlib.Path(self._path).is_file():
             raise ValueError(f"{self._path}: vocabulary file not found; fix the vocab path setting")
         self._tokens = load_vocab(self._path)
@@ -358,7 +360,7 @@ class WordPieceVocabulary:
 
     # ---- python path
     def _wordpiece(self, word: str) -> tuple[int, ...]:
-        if len(word) > MAX_CHARS_PER_WORD:
+        if len(word) > self._max_word_chars:
             return (self.unk_id,)
         ids, start = [], 0
         while start < len(word):
@@ -479,7 +481,8 @@ def learn_vocabulary(
     counts: collections.Counter[str] = collections.Counter()
     for sentence in sentences:
         counts.update(basic_tokenize(sentence, lower_case))
-    words = {w: c for w, c in counts.items() if len(w) <= MAX_CHARS_PER_WORD}
+    longest = max(MAX_CHARS_PER_WORD.values())  # a word either rule set splits into pieces
+    words = {w: c for w, c in counts.items() if len(w) <= longest}
     if not words:
         raise ValueError("learn_vocabulary: the corpus has no words; check the corpus setting")
     chars = sorted({ch for w in words for ch in w})

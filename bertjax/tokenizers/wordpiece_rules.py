@@ -5,7 +5,10 @@ PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 RESERVED_TOKENS = (PAD, UNK, CLS, SEP, MASK)
 PAD_ID = 0  # seqio pads with 0
 SUFFIX = "##"
-MAX_CHARS_PER_WORD = 200  # google-research/bert's limit; longer words become [UNK]
+# The longest word WordPiece splits into pieces, by the rules a vocabulary follows; a longer
+# word becomes [UNK]: transformers' BertTokenizerFast's max_input_chars_per_word (100), and
+# google-research/bert's WordpieceTokenizer's (200).
+MAX_CHARS_PER_WORD = {"transformers": 100, "google": 200}
 
 # CJK Unified Ideographs blocks BERT splits character by character.
 CJK_RANGES = (

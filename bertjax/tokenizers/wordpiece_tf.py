@@ -20,6 +20,7 @@ import tensorflow_text as tf_text
 
 from bertjax.tokenizers.wordpiece_rules import CJK_RANGES, MAX_CHARS_PER_WORD, SUFFIX, UNK
 
+_MAX_CHARS = MAX_CHARS_PER_WORD["transformers"]  # the rules this path follows
 # RE2 twins of wordpiece.py's python rules (_clean_rule, _is_cjk, _is_punct).
 _RE_REMOVED = r"[\x00-\x08\x0B\x0C\x0E-\x1F\x7F-\x9F\p{Cf}\p{Co}\x{FFFD}]"
 _RE_WHITESPACE = r"[\t\n\r\p{Zs}\x{2028}\x{2029}]"
@@ -45,7 +46,7 @@ def basic_tokenize_tf(text: tf.Tensor, lower_case: bool) -> tf.RaggedTensor:
 def _fast_wordpiece_model(tokens: tuple[str, ...]) -> bytes:
     """The serialized FastWordpieceTokenizer model of a vocabulary (~0.1 s for 30k tokens)."""
     return tf_text.build_fast_wordpiece_model(
-        list(tokens), 4 * MAX_CHARS_PER_WORD, SUFFIX, UNK, True, False
+        list(tokens), 4 * _MAX_CHARS, SUFFIX, UNK, True, False
     )  # vocab, max bytes/word, suffix, unknown, no_pretokenization, detokenization
 
 
@@ -54,12 +55,12 @@ def _fast_wordpiece_model(tokens: tuple[str, ...]) -> bytes:
 @tf.autograph.experimental.do_not_convert
 def encode(s: tf.Tensor, tokens: Sequence[str], lower_case: bool) -> tf.Tensor | tf.RaggedTensor:
     """Strings of shape [...] -> int32 ids [..., (ids)]; a scalar gives a dense vector. Words
-    longer than MAX_CHARS_PER_WORD characters, or not covered by pieces, become [UNK]."""
+    longer than BertTokenizerFast's 100 characters, or not covered by pieces, become [UNK]."""
     s = tf.convert_to_tensor(s, tf.string)
     if s.shape.rank is None:
         raise ValueError("WordPieceVocabulary.encode_tf: give strings of known rank")
     words = basic_tokenize_tf(tf.reshape(s, [-1]), lower_case)  # [N, (words)]
-    too_long = tf.strings.length(words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
+    too_long = tf.strings.length(words, unit="UTF8_CHAR") > _MAX_CHARS
     words = tf.ragged.map_flat_values(tf.where, too_long, UNK, words)
     model = _fast_wordpiece_model(tuple(tokens))
     op = tf_text.FastWordpieceTokenizer(model_buffer=tf.constant(np.frombuffer(model, np.uint8)),

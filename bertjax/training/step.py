@@ -13,18 +13,17 @@ pass over all of them.) The parameter norm is logged by the loop on logging step
 """
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
 
+from bertjax.objectives.objective import Loss, Metrics, metric_values
 from bertjax.training.state import TrainState
 from bertjax.typing import Params
 
 Array = jax.Array
-LossFn = Callable[[Params, dict[str, Array], Array | None], tuple[Array, dict[str, Array]]]
 DROPOUT_RNGS = ("threefry", "rbg", "unsafe_rbg")
 
 
@@ -65,40 +64,50 @@ def step_key(rng_data: Array, step: Array, dropout_rng: str = "threefry") -> Arr
     return jax.random.wrap_key_data(jax.random.bits(key, (4,), jnp.uint32), impl=dropout_rng)
 
 
-def _grads_and_metrics(
-    loss_fn: LossFn, params: Params, batch: dict[str, Array], rng: Array, accum_steps: int
-) -> tuple[Params, dict[str, Array]]:
-    """Gradients averaged over `accum_steps` micro-batches, scanned so memory is one micro-batch.
+def _grads_and_sums(
+    loss: Loss, params: Params, batch: dict[str, Array], rng: Array, accum_steps: int
+) -> tuple[Params, Metrics]:
+    """Gradients of the batch's loss and its metrics' sums, over `accum_steps` micro-batches
+    scanned so memory is one micro-batch.
 
-    Micro-batch i takes examples i, i + accum_steps, ... so each device keeps its own slice of
-    the batch and no data moves between devices.
+    Each micro-batch's totals are divided by the whole batch's weights (`loss.weights`, read
+    from the data), so the micro-batches' losses and gradients add up to the full batch's
+    (a weighted mean over masked positions or packed slots is not the mean of the
+    micro-batches' means), and the metrics' sums add up to the batch's sums. Micro-batch i
+    takes examples i, i + accum_steps, ... so each device keeps its own slice of the batch
+    and no data moves between devices.
     """
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def share(params: Params, batch: dict[str, Array], rng: Array,
+              weights: dict[str, Array] | None) -> tuple[Array, Metrics]:
+        sums = loss.sums(params, batch, rng)
+        return loss.total(sums, weights), sums
+
+    grad_fn = jax.value_and_grad(share, has_aux=True)
     if accum_steps == 1:
-        (_, metrics), grads = grad_fn(params, batch, rng)
-        return grads, metrics
+        (_, sums), grads = grad_fn(params, batch, rng, None)
+        return grads, sums
 
     def split(x: Array) -> Array:
         x = x.reshape(x.shape[0] // accum_steps, accum_steps, *x.shape[1:])
         return jnp.swapaxes(x, 0, 1)
 
+    weights = loss.weights(batch)
     micro_batches = jax.tree.map(split, batch)
 
     def accumulate(carry: tuple, xs: tuple) -> tuple:
         index, micro_batch = xs
-        (_, metrics), grads = grad_fn(params, micro_batch, jax.random.fold_in(rng, index))
-        return jax.tree.map(jnp.add, carry, (grads, metrics)), None
+        (_, sums), grads = grad_fn(params, micro_batch, jax.random.fold_in(rng, index), weights)
+        return jax.tree.map(jnp.add, carry, (grads, sums)), None
 
     first = jax.tree.map(lambda x: x[0], micro_batches)
-    zeros = jax.tree.map(
-        lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grad_fn, params, first, rng)
+    (_, zero_sums), zero_grads = jax.tree.map(
+        lambda s: jnp.zeros(s.shape, s.dtype), jax.eval_shape(grad_fn, params, first, rng, weights)
     )
-    zero_grads, zero_metrics = zeros[1], zeros[0][1]
-    (grads, metrics), _ = jax.lax.scan(
-        accumulate, (zero_grads, zero_metrics), (jnp.arange(accum_steps), micro_batches)
+    (grads, sums), _ = jax.lax.scan(
+        accumulate, (zero_grads, zero_sums), (jnp.arange(accum_steps), micro_batches)
     )
-    scale = 1.0 / accum_steps
-    return jax.tree.map(lambda g: g * scale, grads), jax.tree.map(lambda m: m * scale, metrics)
+    return grads, sums
 
 
 def _keep_if_finite(finite: Array, new: Any, old: Any) -> Any:
@@ -110,7 +119,7 @@ def train_step(
     state: TrainState,
     batch: dict[str, Array],
     *,
-    loss_fn: LossFn,
+    loss_fn: Loss,
     tx: optax.GradientTransformation,
     accum_steps: int = 1,
     options: StepOptions = StepOptions(),
@@ -122,13 +131,14 @@ def train_step(
     """
     rng = step_key(state.rng, state.step, options.dropout_rng)
     inputs = {**batch, **state.carry}
-    grads, metrics = _grads_and_metrics(loss_fn, state.params, inputs, rng, accum_steps)
-    carry = {key: metrics.pop(key) for key in state.carry}
+    grads, sums = _grads_and_sums(loss_fn, state.params, inputs, rng, accum_steps)
+    carry = {key: sums.pop(key) for key in state.carry}
+    metrics = {**metric_values(sums), "loss": loss_fn.total(sums)}
     with jax.named_scope("nonfinite_guard"):
         # A step whose loss or gradients are not finite changes nothing but the step count:
         # the loop counts these skips and stops as train.nonfinite says.
         grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(grad_norm) & jnp.isfinite(metrics.get("loss", 0.0))
+        finite = jnp.isfinite(grad_norm) & jnp.isfinite(metrics["loss"])
 
     def update(operands: tuple) -> tuple[Params, optax.OptState]:
         params, opt_state, grads = operands
@@ -163,7 +173,7 @@ def train_step(
     return new_state, metrics
 
 
-def eval_step(state: TrainState, batch: dict[str, Array], *, loss_fn: LossFn) -> dict[str, Array]:
+def eval_step(state: TrainState, batch: dict[str, Array], *, loss_fn: Loss) -> dict[str, Array]:
     """Metrics of a deterministic forward pass (no dropout)."""
     _, metrics = loss_fn(state.params, batch, None)
     return metrics

@@ -65,7 +65,7 @@ def test_a_recorded_train_step_is_attributed_by_name_stack(tmp_path):
     trainer = build_trainer(task, make_optimizer(learning_rate=1e-3, warmup_steps=2,
                                                  total_steps=10),
                             make_mesh(devices=jax.devices()[:1]), 8, 32)
-    batch = trainer.device_batch(random_batch())
+    batch = trainer.device_batch(random_batch(vocab_size=128))
     state = trainer.init()
     state, metrics = trainer.step(state, batch)  # compiled before the trace
     jax.block_until_ready(metrics)

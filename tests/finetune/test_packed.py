@@ -15,13 +15,17 @@ L, K = 32, 4
 
 
 def encoded(n=64, seed=0, labels=4):
-    """Sentence-classification arrays: rows of 3..20 real tokens, [CLS] first."""
+    """Classification arrays: rows of 3..20 real tokens, [CLS] first; every other row a
+    sentence pair, [CLS] a [SEP] b [SEP] with segment id 1 on b [SEP] (as in MRPC or RTE)."""
     rng = np.random.default_rng(seed)
     ids, mask = np.zeros((n, L), np.int32), np.zeros((n, L), np.int32)
+    segments = np.zeros_like(ids)
     for r, length in enumerate(rng.integers(3, 21, n)):
         ids[r, :length] = rng.integers(5, 300, length)
-        ids[r, 0], mask[r, :length] = 2, 1
-    segments = np.zeros_like(ids)
+        ids[r, 0], ids[r, length - 1], mask[r, :length] = 2, 3, 1
+        if r % 2 and length >= 5:  # a and b at least one token each
+            second = rng.integers(3, length - 1)  # where b starts
+            ids[r, second - 1], segments[r, second:length] = 3, 1
     return {"input_ids": ids, "segment_ids": segments, "input_mask": mask,
             "label": rng.integers(0, labels, n).astype(np.int32)}
 
@@ -44,8 +48,8 @@ def test_every_example_once_per_epoch_and_resumable_rows():
             where = batch["sequence_ids"][r] == k + 1
             example = source.members(0, 16)[r, k]
             n = arrays["input_mask"][example].sum()
-            np.testing.assert_array_equal(batch["input_ids"][r][where],
-                                          arrays["input_ids"][example, :n])
+            for key in ("input_ids", "segment_ids"):
+                np.testing.assert_array_equal(batch[key][r][where], arrays[key][example, :n])
             assert batch["label"][r, k] == arrays["label"][example]
             assert batch["cls_positions"][r, k] == np.flatnonzero(where)[0]
 

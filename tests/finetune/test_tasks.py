@@ -194,3 +194,27 @@ def test_without_pretraining_the_fresh_initialisation_is_kept(model, rows):
     fresh = {"bert": "random", "classifier": "random"}
     setup = setup_task(recipe("classification", pretrained=False), model, examples, examples, "d")
     assert setup.initial_params(fresh) is fresh
+
+
+def test_glue_data_keeps_the_best_checkpoint_by_glues_metric(model):
+    """bertjax-finetune (or bertjax.finetune.run) on a GLUE task's data keeps its best
+    checkpoint by the metric GLUE ranks the task by, as bertjax-glue does: CoLA by MCC, MRPC
+    by F1, STS-B by Spearman, whether the data is GLUE's directory or TFDS; other data keeps
+    the task type's main metric, and finetune.main_metric overrides either."""
+    single = [TextExample(str(i), (f"sentence {i}",), str(i % 2)) for i in range(8)]
+    pairs = [TextExample(str(i), (f"a {i}", f"b {i}"), str(i % 2)) for i in range(8)]
+    scores = [TextExample(str(i), (f"a {i}", f"b {i}"), float(i) / 2) for i in range(8)]
+    cases = [(single, "classification", "tfds:glue/cola:validation", "mcc"),
+             (single, "classification", "glue_data/CoLA/dev.tsv", "mcc"),
+             (single, "classification", "glue_data/SST-2/dev.tsv", "accuracy"),
+             (single, "classification", "agnews/test.tsv", "accuracy"),
+             (pairs, "pair_classification", "glue_data/MRPC/dev.tsv", "f1"),
+             (pairs, "pair_classification", "tfds:glue/qqp:validation", "f1"),
+             (pairs, "pair_classification", "tfds:glue/mnli_matched:validation", "accuracy"),
+             (scores, "regression", "tfds:glue/stsb:validation", "spearman"),
+             (scores, "regression", "sts.csv", "pearson")]
+    for examples, task, spec, metric in cases:
+        setup = setup_task(recipe(task), model, examples, examples, spec)
+        assert setup.main_metric == metric, spec
+    chosen = recipe("classification", main_metric="accuracy")
+    assert setup_task(chosen, model, single, single, "tfds:glue/cola").main_metric == "accuracy"

@@ -200,3 +200,25 @@ def test_zero_shot_prompts_have_gpt2s_format():
     assert tldr_prompt("An article.\n") == "An article.\nTL;DR:"
     prompt = qa_prompt("Doc.", "Who?", [("What?", "A cat.")])
     assert prompt == "Doc.\nQ: What?\nA: A cat.\nQ: Who?\nA:"
+
+
+def test_a_stop_string_inside_a_token_keeps_the_text_before_it(params):
+    """A stop string that begins inside a token (stop "." in a token " etc.") cuts the text
+    there: what the token holds before the stop string stays in the continuation."""
+    texts = ["the cat sat on the mat. the dog sat on the log."] * 10
+    tokenizer = learn_bpe(texts, 270)
+    generator = Generator(CONFIG, params, tokenizer)
+    prompt = "the cat"
+    (full,) = generator.generate_tokens([tokenizer.encode(prompt)], NEW, GREEDY)
+    pieces = [tokenizer.decode_bytes([t]) for t in full]  # a random model: not all UTF-8
+    data = b"".join(pieces)
+    assert tokenizer.decode(full) == generator.generate(prompt, NEW, temperature=0, stop=())[0]
+    # an ASCII letter whose first occurrence is inside a token, after k >= 1 of its bytes
+    starts = np.cumsum([0] + [len(p) for p in pieces])
+    inside = [(chr(p[k]), int(starts[j]) + k) for j, p in enumerate(pieces)
+              for k in range(1, len(p)) if chr(p[k]).isalpha() and p[k] < 128
+              and data.find(p[k:k + 1]) == starts[j] + k]
+    assert inside, pieces
+    stop, cut = inside[0]
+    want = data[:cut].decode("utf-8", errors="replace")
+    assert generator.generate(prompt, NEW, temperature=0, stop=[stop])[0] == want

@@ -168,7 +168,8 @@ class FakeBinding:
                           fromlist=["MaskType"]).MaskType
 
     def __init__(self):
-        self.calls = []
+        self.calls = []  # each call's arguments, as traced
+        self.launches = []  # the seed of each kernel that ran, in the order they ran
 
     def dot_product_attention(self, q, k, v, **kwargs):
         import inspect
@@ -176,6 +177,7 @@ class FakeBinding:
         from jax._src.cudnn import fused_attention_stablehlo as real
         inspect.signature(real.dot_product_attention).bind(q, k, v, **kwargs)
         self.calls.append(kwargs)
+        jax.debug.callback(lambda: self.launches.append(kwargs["seed"]), ordered=True)
         return jnp.full(q.shape, 7.0, q.dtype)
 
 
@@ -208,6 +210,33 @@ def test_cudnn_calls_carry_dropout_packed_layout_and_a_seed_per_layer(monkeypatc
         np.testing.assert_array_equal(call["q_offsets"], mask.sequence_layout()[0])
         np.testing.assert_array_equal(call["q_seqlen"], mask.sequence_layout()[1])
     assert out["sequence_output"].shape == (3, 12, 128)
+
+
+@pytest.mark.parametrize("scan_layers", [False, True], ids=["unrolled", "scanned"])
+def test_every_layer_launches_cudnn_with_its_own_dropout_seed(monkeypatch, scan_layers):
+    """cuDNN's dropout mask comes from a static seed and the launches of its kernel: each layer
+    must run a kernel of its own seed (layers/cudnn_attention.py). A scanned stack's layers
+    share one module path, so the seed folds in the layer index and each layer switches to
+    its own kernel: the kernels that run, layer by layer, have four different seeds."""
+    import bertjax.layers.attention as attention
+    from bertjax.layers import cudnn_attention as module
+
+    config = bert_config("tiny", vocab_size=300, dtype="bfloat16", attention_dropout_rate=0.1,
+                         num_layers=4, scan_layers=scan_layers)
+    ids = jnp.ones((2, 8), jnp.int32)
+    model = BertModel(config)
+    params = model.init(jax.random.key(1), ids)
+    fake = FakeBinding()
+    monkeypatch.setattr(module, "_binding", lambda: fake)
+    monkeypatch.setattr(attention, "cudnn_runs", lambda dtype, head_dim: True)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    jax.block_until_ready(model.apply(params, ids, deterministic=False,
+                                      rngs={"dropout": jax.random.key(2)}))
+    jax.effects_barrier()
+    paths = [("encoder", "layers", "block", "attention") if scan_layers else
+             ("encoder", f"layer_{i}", "attention") for i in range(4)]
+    assert len(fake.launches) == 4 and len(set(fake.launches)) == 4, fake.launches
+    assert fake.launches == [module.layer_seed(path, i) for i, path in enumerate(paths)]
 
 
 def test_attention_maps_come_from_the_xla_path_whatever_the_implementation():

@@ -93,6 +93,20 @@ def test_dtypes_are_names_and_bad_ones_fail_in_one_line():
         gpt_config("gpt2_tiny", num_heads=3)
 
 
+@pytest.mark.parametrize("build", [bert_config, gpt_config, elmo_config],
+                         ids=lambda b: b.__name__)
+@pytest.mark.parametrize("setting", ["dtype", "param_dtype"])
+def test_float16_is_refused_in_one_line_naming_bfloat16(build, setting):
+    """float16 without loss scaling trains on gradients that underflow to zero; every family
+    refuses it where its config is built, so every tool and gin file does."""
+    size = {"bert_config": "tiny", "gpt_config": "gpt2_tiny", "elmo_config": "tiny"}
+    for value in ("float16", jnp.float16, np.float16):
+        with pytest.raises(ValueError, match=f"^{setting} float16 trains with gradients that "
+                           f"underflow to zero .*: set {setting} = 'bfloat16'"):
+            build(size[build.__name__], **{setting: value})
+    build(size[build.__name__], **{setting: "bfloat16"})  # the dtype the message names
+
+
 TINY = dict(vocab_size=50, max_position_embeddings=16, num_layers=3, hidden_size=32,
             num_heads=4, mlp_dim=64, dropout_rate=0.0, attention_dropout_rate=0.0)
 

@@ -9,6 +9,7 @@ import pytest
 from bertjax.data.gpt.source import LmPretrainingSource
 from bertjax.models.gpt import gpt_config
 from bertjax.objectives.lm import gpt_pretraining, lm_loss
+from bertjax.objectives.objective import metric_values
 from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
@@ -22,7 +23,8 @@ def test_weighted_loss_matches_numpy_and_perplexity_is_its_exp():
     logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
     nll = -np.take_along_axis(logp, targets[..., None], -1)[..., 0]
     expected = (nll * weights).sum() / weights.sum()
-    loss, metrics = lm_loss(logits, targets, weights)
+    metrics = metric_values(lm_loss(logits, targets, weights))
+    loss = metrics["lm_loss"]
     assert float(loss) == pytest.approx(expected, rel=1e-5)
     assert float(metrics["perplexity"]) == pytest.approx(np.exp(expected), rel=1e-5)
     assert float(metrics["lm_weight"]) == weights.sum()

@@ -11,23 +11,25 @@ from bertjax.training.mesh import MeshError, check_batch_size, make_mesh
 from bertjax.training.optim import make_optimizer
 
 
-def random_batch(batch=8, length=32, predictions=5, vocab=128, seed=0):
+def random_batch(*, vocab_size, batch=8, length=32, predictions=5, seed=0):
+    """A BERT pretraining batch whose ids and targets lie in [5, vocab_size): an id outside the
+    model's vocabulary looks up a NaN row, and NaN compares equal to NaN in assert_allclose."""
     rng = np.random.default_rng(seed)
     mask = np.ones((batch, length), np.int32)
     mask[::2, length // 2 :] = 0  # half the rows padded
     return {
-        "input_ids": rng.integers(5, vocab, (batch, length)).astype(np.int32) * mask,
+        "input_ids": rng.integers(5, vocab_size, (batch, length)).astype(np.int32) * mask,
         "segment_ids": (np.arange(length) >= length // 4).astype(np.int32)[None].repeat(batch, 0),
         "input_mask": mask,
         "masked_lm_positions": rng.integers(1, length // 2, (batch, predictions)).astype(np.int32),
-        "masked_lm_ids": rng.integers(5, vocab, (batch, predictions)).astype(np.int32),
+        "masked_lm_ids": rng.integers(5, vocab_size, (batch, predictions)).astype(np.int32),
         "masked_lm_weights": (rng.random((batch, predictions)) < 0.8).astype(np.float32),
         "next_sentence_label": rng.integers(0, 2, (batch,)).astype(np.int32),
     }
 
 
 def run_steps(mesh, steps=3, accum_steps=1, batch=None):
-    batch = random_batch() if batch is None else batch
+    batch = random_batch(vocab_size=128) if batch is None else batch
     task = bert_pretraining(bert_config("tiny", vocab_size=128, max_position_embeddings=64))
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
     trainer = build_trainer(task, tx, mesh, *batch["input_ids"].shape, seed=0,
@@ -62,10 +64,11 @@ def test_fsdp_mesh_matches_single_device():
 
 
 def test_gradient_accumulation_matches_full_batch_without_dropout():
-    # With dropout off, 4 micro-batches of 2 average to the gradient of the batch of 8 when
-    # every micro-batch carries the same MLM weight; use full weights to make that exact.
-    batch = random_batch()
-    batch["masked_lm_weights"][:] = 1.0
+    # With dropout off, 4 micro-batches of 2 give the step of the batch of 8 although their
+    # MLM weights differ (each row predicts 2 to 5 of its 5 slots): the micro-batches divide
+    # their sums by the whole batch's weight (tests/training/test_accumulation.py: every family).
+    batch = random_batch(vocab_size=128)
+    assert len(set(batch["masked_lm_weights"].reshape(2, 4, -1).sum((0, 2)))) > 1  # rows i, i+4
     mesh = make_mesh(data=2, devices=jax.devices()[:2])
     task = bert_pretraining(
         bert_config(

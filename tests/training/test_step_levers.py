@@ -15,6 +15,7 @@ from scipy import stats
 
 from bertjax.layers.dropout import keep_mask
 from bertjax.models.bert import bert_config
+from bertjax.objectives.objective import Loss, Mean
 from bertjax.objectives.pretraining import bert_pretraining
 from bertjax.training.aot import lower_train_step
 from bertjax.training.checkpoint import Checkpointer
@@ -26,10 +27,12 @@ from bertjax.training.step import StepOptions, step_key, train_step
 from tests.training.test_step import random_batch
 
 
-def toy_loss(params, batch, rng):
+def toy_sums(params, batch, rng):
     pred = batch["x"] @ params["w"] + params["b"]
-    loss = jnp.mean((pred - batch["y"]) ** 2) * batch["scale"]
-    return loss, {"loss": loss}
+    return {"mse": Mean.of((pred - batch["y"]) ** 2 * batch["scale"])}
+
+
+toy_loss = Loss(toy_sums, {"mse": 1.0}, lambda batch: {"mse": jnp.float32(batch["y"].size)})
 
 
 def toy_steps(options, scales):
@@ -67,7 +70,7 @@ def copied_state_buffers(options):
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
     trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 8, 32,
                             options=options)
-    spec = {key: (value.shape, value.dtype) for key, value in random_batch().items()}
+    spec = {key: (value.shape, value.dtype) for key, value in random_batch(vocab_size=128).items()}
     hlo = lower_train_step(trainer, spec).compile().as_text()
     return re.findall(r"= f32\[[\d,]*\]\S* copy\(%state_(\w+)", hlo)
 
@@ -103,7 +106,7 @@ def test_rbg_dropout_resumes_exactly_through_a_checkpoint(tmp_path):
     tx = make_optimizer(learning_rate=1e-3, warmup_steps=2, total_steps=10)
     trainer = build_trainer(task, tx, make_mesh(devices=jax.devices()[:1]), 8, 32,
                             options=StepOptions(dropout_rng="rbg"))
-    batches = [random_batch(seed=s) for s in range(4)]
+    batches = [random_batch(vocab_size=128, seed=s) for s in range(4)]
     straight = trainer.init()
     for batch in batches:
         straight, _ = trainer.step(straight, trainer.device_batch(batch))

@@ -34,7 +34,7 @@ from bertjax.finetune.outputs import CHOICE, CLASSES, SCORE, SPANS, WORD_CLASSES
 from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
 from bertjax.models.bert import BertConfig, BertModel
-from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.objectives.objective import Metrics, Objective, init_from_batch
 from bertjax.typing import Params
 
 Array = jax.Array
@@ -146,7 +146,7 @@ def bert_finetuning(config: BertConfig, output: Output, num_labels: int = 2,
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         outputs = model.apply(
             {"params": params},
             batch["input_ids"],
@@ -157,6 +157,8 @@ def bert_finetuning(config: BertConfig, output: Output, num_labels: int = 2,
             rngs=None if rng is None else {"dropout": rng},
         )
         return output.loss(outputs, batch)
+
+    loss_fn = output.task_loss(sums)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         rows = (batch_size, num_choices) if output is CHOICE else (batch_size,)

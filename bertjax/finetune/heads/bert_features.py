@@ -37,7 +37,7 @@ from bertjax.layers.bilstm import BiLstmEncoder
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix
 from bertjax.models.bert import BertConfig, BertModel
-from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.objectives.objective import Metrics, Objective, init_from_batch
 from bertjax.typing import Params
 
 Array = jax.Array
@@ -117,12 +117,14 @@ def bert_feature_objective(
     feature_layers(combine, bert_config.transformer.num_layers)  # refuse bad settings now
     model = BertFeatureTagger(bert_config, combine, num_labels, hidden, num_layers, dropout_rate)
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None) -> tuple:
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         params = {**params, "bert": jax.lax.stop_gradient(params["bert"])}
         logits = model.apply({"params": params}, batch["input_ids"], batch["segment_ids"],
                              batch["input_mask"], deterministic=rng is None,
                              rngs=None if rng is None else {"dropout": rng})
         return WORD_CLASSES.loss(logits, batch)
+
+    loss_fn = WORD_CLASSES.task_loss(sums)
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         ints = np.zeros((batch_size, seq_length), np.int32)

@@ -57,7 +57,7 @@ from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix, scalar_mix_penalty
 from bertjax.layers.scalar_mix import mix_weights as scalar_mix_weights
 from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations
-from bertjax.objectives.objective import Objective
+from bertjax.objectives.objective import Mean, Metrics, Objective
 from bertjax.typing import Params
 
 Array = jax.Array
@@ -258,14 +258,20 @@ def elmo_task_objective(
     def init_variables(rng: Array, batch: dict[str, Array]) -> VariableDict:
         return model.init({"params": rng, "dropout": rng}, batch)
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None) -> tuple:
+    def examples(batch: dict[str, Array]) -> Array:
+        return jnp.float32(batch[output.target_features[0]].shape[0])
+
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         params = {**params, "bilm": jax.lax.stop_gradient(params["bilm"])}
         outputs = model.apply({"params": params}, batch, rng is None,
                               rngs=None if rng is None else {"dropout": rng})
-        loss, metrics = output.loss(outputs, batch)
-        penalty = mix_penalty(params, settings.l2_coef)
-        return loss + penalty, {**metrics, "loss": loss + penalty, "task_loss": loss,
-                                "mix_penalty": penalty}
+        # The penalty is on parameters, once per batch: as a Mean over the batch's examples
+        # it adds up to itself over any split of the batch.
+        count = examples(batch)
+        penalty = Mean(mix_penalty(params, settings.l2_coef) * count, count)
+        return {**output.loss(outputs, batch), "mix_penalty": penalty}
+
+    loss_fn = output.task_loss(sums, mix_penalty=(1.0, examples))
 
     metric = output.metric
     progress = (("loss", "loss"), (metric, metric[:3]))

@@ -27,8 +27,8 @@ from bertjax.finetune.heads.linear import linear_head
 from bertjax.finetune.outputs import Output
 from bertjax.layers.dropout import Dropout
 from bertjax.models.gpt import GptConfig, GptLM
-from bertjax.objectives.lm import lm_loss
-from bertjax.objectives.objective import Objective, init_from_batch
+from bertjax.objectives.lm import lm_loss, lm_weights
+from bertjax.objectives.objective import Metrics, Objective, init_from_batch
 from bertjax.typing import Params
 
 Array = jax.Array
@@ -99,26 +99,29 @@ class GptClassifier(nn.Module):
 
 
 def finetune_loss(params: Params, batch: dict[str, Array], rng: Array | None,
-                  model: GptClassifier, output: Output, lm_coef: float
-                  ) -> tuple[Array, dict[str, Array]]:
-    """L3 = L2 + lm_coef * L1 for one batch; `rng` None is a deterministic (eval) pass. L2 is
-    `output`'s loss (cross-entropy, or squared error for one score), L1 the next-token loss
-    over every real token of every sequence."""
+                  model: GptClassifier, output: Output, lm_coef: float) -> Metrics:
+    """The weighted sums of L3 = L2 + lm_coef * L1 for one batch (the Loss's terms:
+    `finetune_terms`); `rng` None is a deterministic (eval) pass. L2 is `output`'s loss
+    (cross-entropy, or squared error for one score), L1 the next-token loss over every real
+    token of every sequence."""
     deterministic = rng is None
     ids_BxNxL, mask_BxNxL = batch["input_ids"], batch["input_mask"]
     logits, lm_logits = model.apply(
         {"params": params}, ids_BxNxL, mask_BxNxL, deterministic, lm_coef > 0,
         rngs=None if deterministic else {"dropout": rng},
     )
-    loss, metrics = output.loss(logits, batch)
-    metrics = {**metrics, "task_loss": loss}
+    metrics = output.loss(logits, batch)
     if lm_coef > 0:
         L = ids_BxNxL.shape[-1]
         ids_MxL, mask_MxL = ids_BxNxL.reshape(-1, L), mask_BxNxL.reshape(-1, L)
-        lm, lm_metrics = lm_loss(lm_logits[:, :-1], ids_MxL[:, 1:], mask_MxL[:, 1:])
-        loss = loss + lm_coef * lm
-        metrics = {**metrics, "lm_loss": lm_metrics["lm_loss"]}
-    return loss, {**metrics, "loss": loss}
+        lm = lm_loss(lm_logits[:, :-1], ids_MxL[:, 1:], mask_MxL[:, 1:])
+        metrics["lm_loss"] = lm["lm_loss"]
+    return metrics
+
+
+def _lm_weights(batch: dict[str, Array]) -> Array:
+    """The auxiliary LM's targets summed over a batch: every real token but each first."""
+    return lm_weights(batch["input_mask"][..., 1:]).sum()
 
 
 def gpt_finetuning(config: GptConfig, transformation: str, output: Output, num_classes: int,
@@ -134,8 +137,11 @@ def gpt_finetuning(config: GptConfig, transformation: str, output: Output, num_c
     model = GptClassifier(extended_config(config), transformation, num_classes,
                           classifier_dropout)
 
-    def loss_fn(params: Params, batch: dict[str, Array], rng: Array | None):  # noqa: ANN202
+    def sums(params: Params, batch: dict[str, Array], rng: Array | None) -> Metrics:
         return finetune_loss(params, batch, rng, model, output, lm_coef)
+
+    loss_fn = output.task_loss(sums, **({"lm_loss": (lm_coef, _lm_weights)} if lm_coef > 0
+                                        else {}))
 
     def example_batch(batch_size: int, seq_length: int) -> dict[str, np.ndarray]:
         shape = (batch_size, num_sequences, seq_length)

@@ -2,9 +2,10 @@
 
 Layout: {"data": [{"paragraphs": [{"context", "qas": [{"id", "question", "answers":
 [{"text", "answer_start"}], "is_impossible" (v2.0 only)}]}]}]}. An answer whose answer_start
-does not point at its text in the context would teach a wrong span, so it is skipped; in
-training data a question left with no answer (and not impossible) is skipped too, while an
-eval question is kept (its other references still score it). One warning counts the skips.
+does not point at its text in the context would teach a wrong span, so it is no training
+span; in training data a question left with no span (and not impossible) is skipped too. Its
+text stays a reference that predictions are scored against, as the official evaluation
+scripts compare texts and never read answer_start. One warning counts these answers.
 """
 
 from __future__ import annotations
@@ -65,22 +66,26 @@ Question = tuple[str, str, str, Sequence[tuple[str, int]], bool]
 
 
 def qa_examples(where: str, questions: Iterable[Question], training: bool) -> list[QaExample]:
-    """Examples of (id, question, context, answers, impossible), mismatched answers dropped.
+    """Examples of (id, question, context, answers, impossible): the answers that point at
+    their text as spans, every answer's text as a reference.
 
-    Shared by SQuAD files and TFDS, so both skip (and count) the same answers.
+    Shared by SQuAD files and TFDS, so both treat (and count) the same answers alike.
     """
     examples, bad_answers, dropped = [], 0, 0
     for id_, question, context, answers, impossible in questions:
         kept = tuple((text, start) for text, start in answers if _matches(context, text, start))
+        references = tuple(text for text, _ in answers if isinstance(text, str))
         bad_answers += len(answers) - len(kept)
         if training and not kept and not impossible:
             dropped += 1
             continue
-        examples.append(QaExample(str(id_), question, context, kept, bool(impossible)))
+        examples.append(QaExample(str(id_), question, context, kept, bool(impossible),
+                                  references))
     if bad_answers or dropped:
         also = f"; so were {dropped} training questions left with no answer" if dropped else ""
         logging.warning("%s: %d answers whose answer_start does not match their text were "
-                        "skipped%s", where, bad_answers, also)
+                        "skipped as spans (their texts still score predictions)%s", where,
+                        bad_answers, also)
     return examples
 
 

@@ -40,7 +40,7 @@ class ExtractiveQa(Task):
         return [ex.answers for ex in examples]
 
     def golds(self, examples: Sequence[QaExample]) -> list[list[str]]:
-        return [[text for text, _ in ex.answers] or [""] for ex in examples]
+        return [list(ex.gold_texts) or [""] for ex in examples]
 
     def decode(self, outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
         """`outputs`: start and end logits [windows, L, 2]; `data.layout`: the QaWindows."""
