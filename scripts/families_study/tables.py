@@ -97,7 +97,7 @@ def curve_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]],
            _mean(r["pretrained"]), _mean(r["random"]), _interval(r["paired"]),
            VERDICTS[r["paired"].verdict], f"{r['bow_logreg']:.3f}", f"{r['bow_nb']:.3f}"]
           for r in rows]
-    csv_rows = [[r["family"], r["approach"], str(r["labels"]),
+    csv_rows = [[r["family"], APPROACH_NAMES[r["approach"]], str(r["labels"]),
                  repr(statistics.fmean(r["pretrained"])), repr(statistics.fmean(r["random"])),
                  repr(r["paired"].mean), repr(r["paired"].low), repr(r["paired"].high),
                  repr(r["bow_logreg"]), repr(r["bow_nb"]), str(r["draws"])] for r in rows]

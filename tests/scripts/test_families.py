@@ -219,6 +219,11 @@ def read_csv(path):
         return list(csv.DictReader(f))
 
 
+def point_dir(row: dict) -> str:
+    """The plan's name of a CSV row's approach, as in its points' directories."""
+    return {"fine-tuned": "finetuned", "feature-based": "features"}[row["approach"]]
+
+
 def test_tables_are_recomputed_from_the_runs_files(tmp_path):
     plan, accuracy = fake_study(tmp_path)
     tables.write_report(plan, tmp_path)
@@ -227,7 +232,8 @@ def test_tables_are_recomputed_from_the_runs_files(tmp_path):
     assert len(rows) == len(plan.rows()) == 4 * 4 + 2 * 4 + 2  # probes; BERT, GPT; LTR, ELMo
     for row in rows:
         n = int(row["labels"])
-        arms = {init: [accuracy[f"curve/{row['family']}-{row['approach']}/{init}/n={n}/"
+        assert row["approach"] in ("fine-tuned", "feature-based")  # the CSV's words
+        arms = {init: [accuracy[f"curve/{row['family']}-{point_dir(row)}/{init}/n={n}/"
                                 f"draw={d}"] for d in range(3)] for init in ("pretrained",
                                                                             "random")}
         diffs = np.subtract(arms["pretrained"], arms["random"])
@@ -244,7 +250,7 @@ def test_tables_are_recomputed_from_the_runs_files(tmp_path):
     (tmp_path / point / "study.json").write_text(json.dumps({"accuracy": 0.0}))
     tables.write_report(plan, tmp_path)
     row = next(r for r in read_csv(tmp_path / "report" / "learning_curve.csv")
-               if (r["family"], r["approach"], r["labels"]) == ("gpt", "features", "100"))
+               if (r["family"], r["approach"], r["labels"]) == ("gpt", "feature-based", "100"))
     expected = np.mean([0.0] + [accuracy[point.replace("draw=0", f"draw={d}")]
                                 for d in (1, 2)])
     assert float(row["random_mean"]) == pytest.approx(expected)
@@ -411,7 +417,7 @@ def test_quick_study_end_to_end(tmp_path):
             "selection.md", "curves.png", "polysemy.csv", "polysemy.png"} <= set(names)
     for row in read_csv(report / "learning_curve.csv"):  # the table reads the points' files
         for init in ("pretrained", "random"):
-            values = [json.loads((root / f"curve/{row['family']}-{row['approach']}/{init}/"
+            values = [json.loads((root / f"curve/{row['family']}-{point_dir(row)}/{init}/"
                                           f"n={row['labels']}/draw={d}/study.json"
                                   ).read_text())["accuracy"] for d in range(2)]
             assert float(row[f"{init}_mean"]) == pytest.approx(np.mean(values), rel=1e-12)
