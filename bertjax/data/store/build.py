@@ -1,0 +1,299 @@
+"""Build a token store from a corpus and an existing vocabulary, in worker processes.
+
+    build("bert", corpus="wiki/*.txt", vocab="vocab/", out="store/", workers=8)
+
+The corpus is streamed (never held whole): documents are cut into shards of about
+`shard_chars` characters of text, in corpus order, so the shards depend on the corpus alone
+and the store is byte-identical for any worker count. Workers (a process pool) tokenize whole
+shards with the family's own encode path (`Source.encode_documents`), so the ids are those
+the in-memory source computes; this process writes each shard in order, to a temporary name
+renamed into place, and lists it in DIR/build.json. A killed build resumes where it stopped:
+listed shards are checked against the corpus's text and never rewritten. manifest.json is
+written last; its presence marks a finished store. A lock file (DIR/.build.lock) refuses a
+second build into the same directory while the first one runs.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import hashlib
+import importlib
+import io
+import itertools
+import json
+import logging
+import multiprocessing
+import os
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from bertjax import files
+from bertjax.data.store.format import (
+    LOCK,
+    MANIFEST,
+    PROGRESS,
+    TOKENIZER_DIR,
+    Chunk,
+    Manifest,
+    Shard,
+    StoreError,
+    file_digest,
+    index_name,
+    make_index,
+    token_dtype,
+    tokens_name,
+    types_name,
+)
+
+# The family's pretraining source, which brings the tokenizer and the encode path.
+FAMILIES = {
+    "bert": "bertjax.data.bert.source:BertPretrainingSource",
+    "gpt": "bertjax.data.gpt.source:LmPretrainingSource",
+    "elmo": "bertjax.data.elmo.source:ElmoSource",
+}
+SHARD_CHARS = 64_000_000  # characters of text per shard: about 16M ids, 32 MB as uint16
+
+
+def family_source(family: str, **settings: Any) -> Any:
+    """The family's pretraining source with `settings` (its gin settings); one line for an
+    unknown family."""
+    if family not in FAMILIES:
+        raise StoreError(f"unknown family {family!r}: choose one of {', '.join(FAMILIES)}")
+    module, _, name = FAMILIES[family].partition(":")
+    return getattr(importlib.import_module(module), name)(**settings)
+
+
+def _encoder(family: str, settings: dict[str, Any]) -> Any:
+    """The family's source with its given vocabulary loaded, ready to encode documents."""
+    source = family_source(family, **settings)
+    source.use_given_vocab()
+    return source
+
+
+_WORKER: Any = None  # a pool worker's encoder
+
+
+def _start_worker(family: str, settings: dict[str, Any]) -> None:
+    global _WORKER
+    logging.getLogger().setLevel(logging.WARNING)
+    _WORKER = _encoder(family, settings)
+
+
+def _encode_in_worker(documents: list[list[str]]) -> Chunk:
+    return _WORKER.encode_documents(documents)
+
+
+def _shards(documents: Iterator[list[str]], shard_chars: int, corpus_digest: Any
+            ) -> Iterator[tuple[list[list[str]], str]]:
+    """(documents, digest of their text) of each shard in corpus order; every document's
+    text also goes into `corpus_digest`."""
+    shard: list[list[str]] = []
+    chars, digest = 0, hashlib.sha256()
+    for document in documents:
+        text = ("\n".join(document) + "\n\n").encode("utf-8")
+        digest.update(text)
+        corpus_digest.update(text)
+        shard.append(document)
+        chars += sum(len(s) for s in document)
+        if chars >= shard_chars:
+            yield shard, digest.hexdigest()
+            shard, chars, digest = [], 0, hashlib.sha256()
+    if shard:
+        yield shard, digest.hexdigest()
+
+
+@contextlib.contextmanager
+def build_lock(out: pathlib.Path) -> Iterator[None]:
+    """Hold DIR/.build.lock for the block; one line if a live process holds it (the lock of a
+    killed build is taken over)."""
+    lock = out / LOCK
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileExistsError:
+            holder = lock.read_text().strip() if lock.exists() else ""
+            if holder and not files.orphaned(holder):
+                raise StoreError(f"{out} is being built by another bertjax-prepare (process "
+                                 f"{holder.split('-')[0]}, {lock}): wait for it to finish, or "
+                                 "use another --out") from None
+            lock.unlink(missing_ok=True)  # its builder has ended
+    else:
+        raise StoreError(f"cannot take the build lock {lock}: remove it if no build runs")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(files.writer_tag())
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+class _Writer:
+    """Writes shards in order into `out` and keeps the build's record (DIR/build.json)."""
+
+    def __init__(self, out: pathlib.Path, identity: Manifest, done: list[Shard],
+                 types: dict[str, int]) -> None:
+        self.out, self.identity, self.done, self.types = out, identity, done, types
+        self.dtype = np.dtype(identity.dtype)
+
+    def write(self, chunk: Chunk, text_digest: str) -> None:
+        number = len(self.done)
+        tokens = np.asarray(chunk.tokens)
+        new_types: list[str] = []
+        if chunk.types is not None:  # local type ids -> the store's, in order of first use
+            mapping = np.zeros(len(chunk.types) + 2, np.int64)
+            mapping[1] = 1
+            for k, word in enumerate(chunk.types):
+                if word not in self.types:
+                    self.types[word] = len(self.types)
+                    new_types.append(word)
+                mapping[k + 2] = self.types[word]
+            tokens = mapping[tokens] if tokens.size else tokens
+        if tokens.size and int(tokens.max()) > np.iinfo(self.dtype).max:
+            raise StoreError(f"an id of {int(tokens.max())} does not fit {self.dtype.name}")
+        files.write_bytes(self.out / tokens_name(number), tokens.astype(self.dtype).tobytes())
+        if chunk.types is not None:
+            files.write_text(self.out / types_name(number), json.dumps(new_types) + "\n")
+        index = io.BytesIO()
+        np.save(index, make_index(chunk.sentences_per_document, chunk.tokens_per_sentence))
+        files.write_bytes(self.out / index_name(number), index.getvalue())  # last: complete
+        self.done.append(Shard(documents=len(chunk.sentences_per_document),
+                               sentences=len(chunk.tokens_per_sentence), tokens=int(tokens.size),
+                               types=len(new_types), text_digest=text_digest))
+        self.record()
+        logging.info("%s: shard %d written (%d tokens)", self.out, number, tokens.size)
+
+    def record(self) -> None:
+        manifest = dataclasses.replace(self.identity, shards=tuple(self.done))
+        files.write_text(self.out / PROGRESS, manifest.to_json())
+
+
+def _resumed(out: pathlib.Path, identity: Manifest) -> list[Shard]:
+    """The shards a killed build of the same identity listed (each one checked on disk); one
+    line when DIR holds another build."""
+    progress = out / PROGRESS
+    if not progress.is_file():
+        return []
+    before = Manifest.from_json(progress.read_text(), str(progress))
+    if before.identity != identity.identity:
+        changed = sorted(k for k, v in identity.identity.items() if before.identity.get(k) != v)
+        raise StoreError(f"{out} holds an unfinished build with other settings "
+                         f"({', '.join(changed)}): use another --out, or delete {out}")
+    dtype = np.dtype(identity.dtype)
+    for number, shard in enumerate(before.shards):
+        tokens = out / tokens_name(number)
+        if (not tokens.is_file() or tokens.stat().st_size != shard.tokens * dtype.itemsize
+                or not (out / index_name(number)).is_file()):
+            return list(before.shards[:number])  # damaged from here on: rebuilt
+    return list(before.shards)
+
+
+def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers: int = 1,
+          corpus_format: str = "bert", text_key: str = "text",
+          shard_chars: int = SHARD_CHARS, **settings: Any) -> Manifest:
+    """Build (or resume, or find finished) the token store of `corpus` tokenized by the
+    family's source with the vocabulary files `vocab` (a directory holding them, or their
+    comma-separated paths) into the local directory `out`; `settings` are the family source's
+    own (lower_case, tokenizer). Returns the manifest."""
+    if files.is_remote(out):
+        raise StoreError(f"--out={out}: a store is built on local disk: build it there, then "
+                         "copy the directory to object storage (runs read gs:// stores)")
+    if workers < 1 or shard_chars < 1:
+        raise StoreError(f"workers={workers} and shard_chars={shard_chars} must be >= 1")
+    if vocab in ("", "learn"):
+        raise StoreError("a token store is built with an existing vocabulary: pass --vocab as "
+                         "the directory or files a run learned (e.g. WORKDIR/vocab.txt)")
+    settings = dict(settings, corpus=corpus, corpus_format=corpus_format, vocab=vocab,
+                    text_key=text_key)
+    try:
+        encoder = _encoder(family, settings)
+    except (ValueError, OSError) as e:  # a missing vocabulary, a bad setting
+        raise StoreError(str(e)) from None
+    out = pathlib.Path(out)
+    roles = encoder.vocab_files
+    identity = Manifest(
+        family=family, options=encoder.store_options(), corpus=corpus,
+        corpus_format=corpus_format, text_key=text_key, tokenizer_kind=encoder.vocab_kind,
+        tokenizer_files={role: f"{TOKENIZER_DIR}/{name}" for role, name in roles.items()},
+        tokenizer_digest=file_digest(encoder._files[role] for role in roles),
+        vocab_size=int(encoder.vocab_size), dtype=token_dtype(encoder.store_id_bound()).name,
+        shard_chars=shard_chars)
+    if out.exists() and not out.is_dir():
+        raise StoreError(f"--out={out} is a file: give a directory for the store")
+    out.mkdir(parents=True, exist_ok=True)
+    with build_lock(out):
+        if (out / MANIFEST).is_file():
+            finished = Manifest.from_json((out / MANIFEST).read_text(), str(out / MANIFEST))
+            if finished.identity != identity.identity:
+                raise StoreError(f"{out} holds a finished store of other settings: use another "
+                                 f"--out, or delete {out}")
+            logging.info("%s: already built", out)
+            return finished
+        return _build(encoder, family, settings, out, identity, workers)
+
+
+def _build(encoder: Any, family: str, settings: dict[str, Any], out: pathlib.Path,
+           identity: Manifest, workers: int) -> Manifest:
+    from bertjax.data.source import stream_documents
+    from bertjax.tokenizers.elmo_vocab import BOS, EOS
+
+    corpus_digest = hashlib.sha256()
+    documents = stream_documents(settings["corpus"], settings["corpus_format"],
+                                 settings["text_key"])
+    shards = _shards(documents, identity.shard_chars, corpus_digest)
+    first = next(shards, None)  # an empty corpus is refused before anything is written
+    if first is None:
+        raise StoreError(f"corpus {settings['corpus']!r} is empty: point --corpus at text")
+    done = _resumed(out, identity)
+    writer = _Writer(out, identity, [], {BOS: 0, EOS: 1})
+    if not done:  # a fresh build: its record says what is being built
+        for role, name in identity.tokenizer_files.items():
+            files.copy(encoder._files[role], out / name)
+        writer.record()
+    pool = (multiprocessing.get_context("spawn").Pool(
+        workers, _start_worker, (family, settings)) if workers > 1 else None)
+    pending: collections.deque = collections.deque()
+    try:
+        for number, (shard, digest) in enumerate(itertools.chain([first], shards)):
+            if number < len(done):
+                _keep(out, done[number], number, digest, writer)
+                continue
+            if pool is None:
+                writer.write(encoder.encode_documents(shard), digest)
+                continue
+            pending.append((pool.apply_async(_encode_in_worker, (shard,)), digest))
+            while len(pending) > workers:
+                result, text_digest = pending.popleft()
+                writer.write(result.get(), text_digest)
+        while pending:
+            result, text_digest = pending.popleft()
+            writer.write(result.get(), text_digest)
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    if len(writer.done) < len(done):
+        raise StoreError(f"{out}: the corpus has fewer shards than the build began with: it "
+                         f"changed since; use another --out, or delete {out}")
+    manifest = dataclasses.replace(identity, shards=tuple(writer.done),
+                                   corpus_digest=corpus_digest.hexdigest())
+    files.write_text(out / MANIFEST, manifest.to_json())
+    (out / PROGRESS).unlink(missing_ok=True)
+    return manifest
+
+
+def _keep(out: pathlib.Path, shard: Shard, number: int, digest: str, writer: _Writer) -> None:
+    """Keep shard `number` of a resumed build, as it is, if the corpus still gives its text."""
+    if shard.text_digest != digest:
+        raise StoreError(f"{out / tokens_name(number)} was built from other text than the "
+                         f"corpus now gives: it changed since the build began; use another "
+                         f"--out, or delete {out}")
+    if shard.types:
+        for word in json.loads((out / types_name(number)).read_text("utf-8")):
+            writer.types.setdefault(word, len(writer.types))
+    writer.done.append(shard)
