@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import hashlib
 import importlib
+import inspect
 import io
 import itertools
 import json
@@ -65,7 +66,12 @@ def family_source(family: str, **settings: Any) -> Any:
     if family not in FAMILIES:
         raise StoreError(f"unknown family {family!r}: choose one of {', '.join(FAMILIES)}")
     module, _, name = FAMILIES[family].partition(":")
-    return getattr(importlib.import_module(module), name)(**settings)
+    cls = getattr(importlib.import_module(module), name)
+    unknown = sorted(set(settings) - set(inspect.signature(cls).parameters))
+    if unknown:
+        raise StoreError(f"{', '.join(unknown)}: not a setting of {cls.setting} ({family}); "
+                         "leave it out")
+    return cls(**settings)
 
 
 def _encoder(family: str, settings: dict[str, Any]) -> Any:
@@ -210,10 +216,14 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
                          "the directory or files a run learned (e.g. WORKDIR/vocab.txt)")
     settings = dict(settings, corpus=corpus, corpus_format=corpus_format, vocab=vocab,
                     text_key=text_key)
+    encoder = family_source(family, **settings)
     try:
-        encoder = _encoder(family, settings)
-    except (ValueError, OSError) as e:  # a missing vocabulary, a bad setting
-        raise StoreError(str(e)) from None
+        encoder.use_given_vocab()
+    except (ValueError, OSError):
+        names = ",".join(encoder.vocab_files.values())
+        raise StoreError(f"--vocab={vocab}: {names} not found or not readable: pass a directory "
+                         f"holding {names} (a {family} run's workdir) or their comma-separated "
+                         "paths") from None
     out = pathlib.Path(out)
     roles = encoder.vocab_files
     identity = Manifest(

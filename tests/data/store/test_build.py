@@ -113,7 +113,7 @@ def test_bad_inputs_are_refused_in_one_line(wiki_slice, learned_vocab, tmp_path)
     cases = [
         (dict(family="bert", corpus=str(blank), vocab=vocab), "corpus is empty"),
         (dict(family="bert", corpus=str(wiki_slice), vocab="learn"), "existing vocabulary"),
-        (dict(family="bert", corpus=str(wiki_slice), vocab=str(tmp_path)), "not found"),
+        (dict(family="bert", corpus=str(wiki_slice), vocab=str(tmp_path)), "vocab.txt not found"),
         (dict(family="t5", corpus=str(wiki_slice), vocab=vocab), "unknown family"),
         (dict(family="bert", corpus=str(wiki_slice), vocab=vocab, workers=0), "workers=0"),
     ]

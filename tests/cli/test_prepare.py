@@ -1,0 +1,74 @@
+"""bertjax-prepare, run in-process: it builds a token store a run reads, and refuses bad input
+with one line and a nonzero exit status."""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+from bertjax.data.bert.source import BertPretrainingSource
+from bertjax.data.store.format import LOCK, MANIFEST
+from tests.in_process import run_tool
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def vocab(bert_sample, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("vocab")
+    source = BertPretrainingSource(corpus=str(bert_sample), vocab_size=300)
+    source.prepare(directory)
+    source.save(directory)
+    return directory
+
+
+def prepare(*args):
+    return run_tool("bertjax.cli.prepare", *args, cwd=REPO)
+
+
+def test_a_store_is_built_and_read(bert_sample, vocab, tmp_path):
+    out = tmp_path / "store"
+    result = prepare("--family=bert", f"--corpus={bert_sample}", f"--vocab={vocab}",
+                     f"--out={out}", "--workers=1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(out)
+    assert "tokens in 1 shard(s) of uint16" in result.stderr
+    assert f"corpus 'store:{out}'" in result.stderr
+    stored = BertPretrainingSource(corpus=f"store:{out}", seed=1)
+    stored.prepare(tmp_path / "run")
+    memory = BertPretrainingSource(corpus=str(bert_sample), vocab=str(vocab), seed=1)
+    memory.prepare(tmp_path / "run")
+    a, b = (next(s.example_blocks(64, 4, 0, 0, 1)) for s in (memory, stored))
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_bad_input_is_one_line(bert_sample, vocab, tmp_path):
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n")
+    good = {"family": "bert", "corpus": str(bert_sample), "vocab": str(vocab),
+            "out": str(tmp_path / "out"), "workers": "1"}
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / LOCK).write_text("1-0")  # process 1 (init) holds it: alive
+    cases = {
+        "--out is required": {"out": None},
+        "--corpus is required": {"corpus": None},
+        "unknown family 't5'": {"family": "t5"},
+        "vocab.txt not found": {"vocab": str(tmp_path / "none")},
+        "corpus is empty": {"corpus": str(blank)},
+        "no such file": {"corpus": str(tmp_path / "missing.txt")},
+        "lower_case: not a setting of lm_pretraining_source": {"family": "gpt",
+                                                                "lower_case": "false"},
+        "--workers=0": {"workers": "0"},
+        "built on local disk": {"out": "gs://bucket/store"},
+        "being built by another bertjax-prepare": {"out": str(busy)},
+    }
+    for words, change in cases.items():
+        flags = {**good, **change}
+        result = prepare(*(f"--{k}={v}" for k, v in flags.items() if v is not None))
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2, (words, result.stderr)
+        assert len(lines) == 1 and lines[0].startswith("bertjax-prepare: error: "), lines
+        assert words in lines[0], (words, lines[0])
+    assert not (tmp_path / "out" / MANIFEST).exists()
