@@ -104,9 +104,9 @@ class TokenStore:
                 np.memmap(tokens_file, dtype, "r", shape=(shard.tokens,)) if shard.tokens
                 else np.zeros(0, dtype))
             where = self.path / index_name(number)
+            local = self._local(index_name(number))
             try:
-                index = np.load(self._local(index_name(number)), mmap_mode="r",
-                                allow_pickle=False)
+                index = np.load(local, mmap_mode="r", allow_pickle=False)
             except ValueError:
                 raise StoreError(f"{where} is not a token-store index: {REBUILD}") from None
             docs, sentences = split_index(np.asarray(index), str(where))

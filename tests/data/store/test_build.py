@@ -122,3 +122,26 @@ def test_bad_inputs_are_refused_in_one_line(wiki_slice, learned_vocab, tmp_path)
             build_lib.build(out=tmp_path / "out", **kwargs)
         assert "\n" not in str(err.value)
     assert not (tmp_path / "out" / PROGRESS).exists()
+
+
+def test_a_resume_over_a_changed_corpus_is_refused(wiki_slice, learned_vocab, tmp_path,
+                                                   monkeypatch):
+    corpus, out = tmp_path / "wiki.txt", tmp_path / "store"
+    corpus.write_text(wiki_slice.read_text())
+    write = build_lib._Writer.write
+
+    def killed_after_one(self, chunk, digest):
+        if len(self.done) == 1:
+            raise KeyboardInterrupt
+        write(self, chunk, digest)
+
+    monkeypatch.setattr(build_lib._Writer, "write", killed_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        build_lib.build("gpt", str(corpus), str(learned_vocab("gpt")), out,
+                        shard_chars=SHARD_CHARS)
+    monkeypatch.setattr(build_lib._Writer, "write", write)
+    corpus.write_text(corpus.read_text().replace("the", "a", 1))
+    with pytest.raises(StoreError, match=f"{tokens_name(0)} was built from other text.*another "
+                                         "--out"):
+        build_lib.build("gpt", str(corpus), str(learned_vocab("gpt")), out,
+                        shard_chars=SHARD_CHARS)

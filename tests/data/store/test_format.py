@@ -37,12 +37,12 @@ def refused(path, *words):
 def test_a_truncated_shard_is_refused(store):
     data = (store / tokens_name(1)).read_bytes()
     (store / tokens_name(1)).write_bytes(data[:-2])
-    refused(store, str(store / tokens_name(1)), "truncated")
+    refused(store, str(store / tokens_name(1)), "is truncated or damaged (")
 
 
 def test_a_missing_index_is_refused(store):
     (store / index_name(0)).unlink()
-    refused(store, str(store / index_name(0)), "missing")
+    refused(store, str(store / index_name(0)), "is missing: rebuild")
 
 
 def test_an_index_that_is_not_one_is_refused(store):
@@ -54,7 +54,8 @@ def test_an_index_that_is_not_one_is_refused(store):
     (lambda m: m.update(version=99), ["format version 99"]),
     (lambda m: m.update(format="other"), ["not a token-store manifest"]),
     (lambda m: m.pop("family"), ["lacks fields"]),
-    (lambda m: m["shards"][0].update(tokens=m["shards"][0]["tokens"] + 1), ["truncated"]),
+    (lambda m: m["shards"][0].update(tokens=m["shards"][0]["tokens"] + 1),
+     ["is truncated or damaged ("]),
 ])
 def test_a_wrong_manifest_is_refused(store, change, words):
     record = json.loads((store / MANIFEST).read_text())

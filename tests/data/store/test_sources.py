@@ -7,9 +7,11 @@ import itertools
 import numpy as np
 import pytest
 
+from bertjax import files
 from bertjax.data.source import DataError, Source
 from bertjax.data.store import build as build_lib
 from bertjax.data.store.format import MANIFEST
+from tests.gcs import gcs_bucket  # noqa: F401 - the fixture
 
 from .conftest import FAMILIES
 
@@ -139,3 +141,24 @@ def test_a_raw_text_corpus_is_read_as_before(wiki_slice, learned_vocab, tmp_path
     assert source.store_path is None and Source.store_path.fget(source) is None
     source.prepare(tmp_path)
     assert isinstance(source.stream, np.ndarray)
+
+
+def test_a_store_and_its_corpus_on_gs_go_through_the_path_layer(
+        wiki_slice, learned_vocab, tmp_path, gcs_bucket):  # noqa: F811 - the fixture
+    corpus = f"{gcs_bucket}/corpus/wiki.txt"
+    files.copy(wiki_slice, corpus)
+    local = tmp_path / "store"
+    build_lib.build("gpt", corpus, str(learned_vocab("gpt")), local, shard_chars=SHARD_CHARS)
+    remote = f"{gcs_bucket}/stores/wiki"
+    for path in local.rglob("*"):
+        if path.is_file():
+            files.copy(path, f"{remote}/{path.relative_to(local)}")
+    cls = FAMILIES["gpt"][0]
+    sources = [cls(corpus=f"store:{where}") for where in (local, remote)]
+    for number, source in enumerate(sources):
+        source.prepare(tmp_path / f"run{number}")
+    blocks = [next(s.example_blocks(32, 4, 8, 0, 1)) for s in sources]
+    assert_same(*blocks)
+    files.as_path(f"{remote}/index-00001.npy").unlink()
+    refused(cls(corpus=f"store:{remote}"), tmp_path / "run2", f"{remote}/index-00001.npy",
+            "is missing: rebuild")
