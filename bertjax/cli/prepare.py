@@ -1,7 +1,7 @@
 """bertjax-prepare: tokenize a pretraining corpus once into a token store that runs read.
 
     bertjax-prepare --family=bert --corpus='wiki/*.txt' --vocab=workdir/bert --out=store/wiki
-    bertjax-train --gin_file=configs/experiments/bert_base.gin \\
+    bertjax-train --gin_file=configs/experiments/bert_tiny_cpu.gin \\
         --gin.bert_pretraining_source.corpus="'store:store/wiki'" --workdir=workdir/bert-wiki
 
 The store (docs/pretraining.md, "Corpora at scale") holds the corpus's token ids in

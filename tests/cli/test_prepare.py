@@ -72,3 +72,18 @@ def test_bad_input_is_one_line(bert_sample, vocab, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("bertjax-prepare: error: "), lines
         assert words in lines[0], (words, lines[0])
     assert not (tmp_path / "out" / MANIFEST).exists()
+
+
+@pytest.mark.slow
+def test_bertjax_train_runs_and_resumes_on_a_store(bert_sample, vocab, tmp_path):
+    out, workdir = tmp_path / "store", tmp_path / "run"
+    assert prepare("--family=bert", f"--corpus={bert_sample}", f"--vocab={vocab}",
+                   f"--out={out}", "--workers=1").returncode == 0
+    train = ["--gin_file=configs/experiments/bert_tiny_cpu.gin", f"--workdir={workdir}",
+             "--noprogress", "--gin.BATCH_SIZE=8", "--gin.VOCAB_SIZE=512",
+             "--gin.train.seq_phases=((1.0, 64),)",
+             f"--gin.bert_pretraining_source.corpus='store:{out}'"]
+    for steps in (2, 3):  # a run, then its resume
+        result = run_tool("bertjax.cli.train", *train, f"--gin.NUM_STEPS={steps}", cwd=REPO)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert (workdir / "vocab.txt").read_bytes() == (out / "tokenizer" / "vocab.txt").read_bytes()

@@ -16,6 +16,7 @@ second build into the same directory while the first one runs.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
@@ -265,8 +266,11 @@ def _build(encoder: Any, family: str, settings: dict[str, Any], out: pathlib.Pat
         for role, name in identity.tokenizer_files.items():
             files.copy(encoder._files[role], out / name)
         writer.record()
-    pool = (multiprocessing.get_context("spawn").Pool(
-        workers, _start_worker, (family, settings)) if workers > 1 else None)
+    # spawned, not forked: TensorFlow (BERT's tokenizer) is not safe across a fork; a worker
+    # that dies (out of memory) fails the build in one line rather than hanging it
+    pool = (concurrent.futures.ProcessPoolExecutor(
+        workers, multiprocessing.get_context("spawn"), _start_worker, (family, settings))
+        if workers > 1 else None)
     pending: collections.deque = collections.deque()
     try:
         for number, (shard, digest) in enumerate(itertools.chain([first], shards)):
@@ -276,17 +280,20 @@ def _build(encoder: Any, family: str, settings: dict[str, Any], out: pathlib.Pat
             if pool is None:
                 writer.write(encoder.encode_documents(shard), digest)
                 continue
-            pending.append((pool.apply_async(_encode_in_worker, (shard,)), digest))
+            pending.append((pool.submit(_encode_in_worker, shard), digest))
             while len(pending) > workers:
                 result, text_digest = pending.popleft()
-                writer.write(result.get(), text_digest)
+                writer.write(result.result(), text_digest)
         while pending:
             result, text_digest = pending.popleft()
-            writer.write(result.get(), text_digest)
+            writer.write(result.result(), text_digest)
+    except concurrent.futures.BrokenExecutor:  # BrokenProcessPool
+        raise StoreError(f"a worker process of the build of {out} ended unexpectedly (out of "
+                         "memory?): rerun with fewer --workers or a smaller --shard_mb; the "
+                         "finished shards are kept") from None
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            pool.shutdown(wait=True, cancel_futures=True)
     if len(writer.done) < len(done):
         raise StoreError(f"{out}: the corpus has fewer shards than the build began with: it "
                          f"changed since; use another --out, or delete {out}")
