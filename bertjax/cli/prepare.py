@@ -42,7 +42,8 @@ def define_flags() -> None:
         (string, "text_key", "text", "The text feature of a TFDS corpus."),
         (string, "vocab", None, "An existing vocabulary: a directory holding its files (a "
                                 "run's workdir) or their comma-separated paths."),
-        (string, "out", None, "Local directory of the store (new, or a build to resume)."),
+        (string, "out", None, "Local directory of the store (new or empty, or a build to "
+                              "resume)."),
         (integer, "workers", os.cpu_count() or 1, "Processes that tokenize shards at once."),
         (integer, "shard_mb", build_lib.SHARD_CHARS // 10**6,
          "Text per shard, in millions of characters."),

@@ -29,6 +29,7 @@ import logging
 import multiprocessing
 import os
 import pathlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,7 +59,9 @@ FAMILIES = {
     "gpt": "bertjax.data.gpt.source:LmPretrainingSource",
     "elmo": "bertjax.data.elmo.source:ElmoSource",
 }
-SHARD_CHARS = 64_000_000  # characters of text per shard: about 16M ids, 32 MB as uint16
+SHARD_CHARS = 32_000_000  # characters of text per shard: about 8M ids, 16 MB as uint16
+_STORE_FILE = re.compile(r"^(?:(?:tokens|index|types)-\d{5}\.(?:bin|npy|json)|manifest\.json|"
+                         r"build\.json|\.build\.lock|tokenizer|\..*\.tmp)$")
 
 
 def family_source(family: str, **settings: Any) -> Any:
@@ -236,6 +239,11 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
         shard_chars=shard_chars)
     if out.exists() and not out.is_dir():
         raise StoreError(f"--out={out} is a file: give a directory for the store")
+    foreign = sorted(p.name for p in out.iterdir() if not _STORE_FILE.match(p.name)
+                     ) if out.is_dir() else []
+    if foreign:
+        raise StoreError(f"--out={out} holds other files than a token store's ({foreign[0]}"
+                         f"{', ...' if len(foreign) > 1 else ''}): use a new or empty directory")
     out.mkdir(parents=True, exist_ok=True)
     with build_lock(out):
         if (out / MANIFEST).is_file():

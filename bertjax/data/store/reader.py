@@ -138,7 +138,8 @@ class TokenStore:
     def sentences(self) -> list[np.ndarray]:
         """Every sentence's ids, as views of the memory maps (no copy)."""
         out = []
-        for number, tokens in enumerate(self.shard_tokens):
+        for number, shard in enumerate(self.shard_tokens):
+            tokens = np.asarray(shard)  # a plain view: its slices carry no memmap attributes
             index = np.load(self._local(index_name(number)), allow_pickle=False)
             _, starts = split_index(index, str(self.path / index_name(number)))
             out.extend(tokens[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True))

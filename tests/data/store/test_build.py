@@ -145,3 +145,38 @@ def test_a_resume_over_a_changed_corpus_is_refused(wiki_slice, learned_vocab, tm
                                          "--out"):
         build_lib.build("gpt", str(corpus), str(learned_vocab("gpt")), out,
                         shard_chars=SHARD_CHARS)
+
+
+def test_the_corpus_is_streamed_a_shard_at_a_time(wiki_slice, learned_vocab, tmp_path,
+                                                  monkeypatch):
+    from bertjax.data import source as source_lib
+
+    read, seen = [0], []
+    stream = source_lib.stream_documents
+
+    def counted(*args):
+        for document in stream(*args):
+            read[0] += 1
+            yield document
+
+    write = build_lib._Writer.write
+
+    def noted(self, chunk, digest):
+        seen.append((read[0], sum(s.documents for s in self.done) + len(
+            chunk.sentences_per_document)))
+        write(self, chunk, digest)
+
+    monkeypatch.setattr(source_lib, "stream_documents", counted)
+    monkeypatch.setattr(build_lib._Writer, "write", noted)
+    build_lib.build("gpt", str(wiki_slice), str(learned_vocab("gpt")), tmp_path / "store",
+                    shard_chars=SHARD_CHARS)
+    assert len(seen) >= 3
+    for documents_read, documents_written in seen[:-1]:  # no more than the next shard's first
+        assert documents_read <= documents_written + 1
+
+
+def test_an_out_holding_other_files_is_refused(wiki_slice, learned_vocab, tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match="holds other files.*notes.txt.*new or empty"):
+        build_lib.build("gpt", str(wiki_slice), str(learned_vocab("gpt")), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
