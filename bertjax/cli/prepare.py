@@ -45,7 +45,7 @@ def define_flags() -> None:
         (string, "out", None, "Local directory of the store (new or empty, or a build to "
                               "resume)."),
         (integer, "workers", os.cpu_count() or 1, "Processes that tokenize shards at once."),
-        (integer, "shard_mb", build_lib.SHARD_CHARS // 10**6,
+        (flags.DEFINE_float, "shard_mb", build_lib.SHARD_CHARS / 10**6,
          "Text per shard, in millions of characters."),
         (boolean, "lower_case", True, "BERT: lower-case and strip accents (as the run's "
                                       "bert_pretraining_source.lower_case)."),
@@ -60,13 +60,14 @@ def main() -> None:
         if not FLAGS[name].present or not FLAGS[name].value:
             raise ValueError(f"--{name} is required: {PROGRAM} --family=bert|gpt|elmo "
                              "--corpus=FILES --vocab=DIR --out=DIR [--workers=N]")
-    if FLAGS.workers < 1 or FLAGS.shard_mb < 1:
-        raise ValueError(f"--workers={FLAGS.workers} and --shard_mb={FLAGS.shard_mb} must be >= 1")
+    if FLAGS.workers < 1 or FLAGS.shard_mb <= 0:
+        raise ValueError(f"--workers={FLAGS.workers} must be >= 1 and --shard_mb="
+                         f"{FLAGS.shard_mb} above 0")
     settings = {name: FLAGS[name].value for name in SOURCE_SETTINGS if FLAGS[name].present}
     manifest = build_lib.build(FLAGS.family, FLAGS.corpus, FLAGS.vocab, FLAGS.out,
                                workers=FLAGS.workers, corpus_format=FLAGS.corpus_format,
-                               text_key=FLAGS.text_key, shard_chars=FLAGS.shard_mb * 10**6,
-                               **settings)
+                               text_key=FLAGS.text_key,
+                               shard_chars=max(1, round(FLAGS.shard_mb * 10**6)), **settings)
     counts = manifest.counts()
     print(f"{PROGRAM}: {counts['documents']} documents, {counts['sentences']} sentences, "
           f"{counts['tokens']} tokens in {len(manifest.shards)} shard(s) of {manifest.dtype} "

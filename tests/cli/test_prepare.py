@@ -1,14 +1,20 @@
 """bertjax-prepare, run in-process: it builds a token store a run reads, and refuses bad input
 with one line and a nonzero exit status."""
 
+import json
 import pathlib
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
 
 from bertjax.data.bert.source import BertPretrainingSource
-from bertjax.data.store.format import LOCK, MANIFEST
+from bertjax.data.store.format import LOCK, MANIFEST, PROGRESS
 from tests.in_process import run_tool
+from tests.process_env import process_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -87,3 +93,46 @@ def test_bertjax_train_runs_and_resumes_on_a_store(bert_sample, vocab, tmp_path)
         result = run_tool("bertjax.cli.train", *train, f"--gin.NUM_STEPS={steps}", cwd=REPO)
         assert result.returncode == 0, result.stderr[-3000:]
     assert (workdir / "vocab.txt").read_bytes() == (out / "tokenizer" / "vocab.txt").read_bytes()
+
+
+def _wait_for_shards(progress: pathlib.Path, count: int, process, deadline: float) -> None:
+    while time.time() < deadline and process.poll() is None:
+        try:
+            if len(json.loads(progress.read_text())["shards"]) >= count:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"no {count} shards listed in {progress} in time")
+
+
+@pytest.mark.e2e
+def test_ctrl_c_and_kill_9_mid_build_then_the_rerun_finishes_the_same_store(wikitext_valid,
+                                                                            vocab, tmp_path):
+    """A real bertjax-prepare with two workers: Ctrl-C is one line and exit 130, kill -9 leaves
+    what it finished; each rerun keeps the listed shards and the store is the bytes of one
+    uninterrupted build."""
+    corpus = tmp_path / "wiki.txt"
+    corpus.write_text("\n".join(wikitext_valid.read_text().split("\n")[:1500]))
+    args = ["--family=bert", f"--corpus={corpus}", f"--vocab={vocab}", "--shard_mb=0.01"]
+    whole = tmp_path / "whole"
+    assert prepare(*args, f"--out={whole}", "--workers=1").returncode == 0
+    out = tmp_path / "store"
+    command = [sys.executable, "-m", "bertjax.cli.prepare", *args, f"--out={out}",
+               "--workers=2"]
+    for stop, listed in ((signal.SIGINT, 2), (signal.SIGKILL, 4)):
+        process = subprocess.Popen(command, cwd=REPO, env=process_env(), text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        _wait_for_shards(out / PROGRESS, listed, process, time.time() + 300)
+        process.send_signal(stop)
+        _, stderr = process.communicate(timeout=120)
+        if stop == signal.SIGINT:
+            assert process.returncode == 130 and stderr.strip().endswith(
+                "bertjax-prepare: interrupted"), stderr[-2000:]
+        assert not (out / MANIFEST).exists()
+        kept = json.loads((out / PROGRESS).read_text())["shards"]
+        assert len(kept) >= listed
+    result = prepare(*args, f"--out={out}", "--workers=1")
+    assert result.returncode == 0, result.stderr
+    files = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert files == {p.name: p.read_bytes() for p in whole.rglob("*") if p.is_file()}

@@ -30,6 +30,9 @@ import multiprocessing
 import os
 import pathlib
 import re
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -89,7 +92,24 @@ _WORKER: Any = None  # a pool worker's encoder
 
 
 def _start_worker(family: str, settings: dict[str, Any]) -> None:
+    """A pool worker's start. It prints nothing (TensorFlow's start-up lines included: its
+    errors reach the builder, which reports them), leaves Ctrl-C to the builder, which stops
+    the workers, and ends when the builder does (kill -9 included): an orphan would hold the
+    builder's terminal or pipes open and tokenize for nobody."""
     global _WORKER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    os.close(quiet)
+    builder = os.getppid()
+
+    def end_with_the_builder() -> None:
+        while os.getppid() == builder:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=end_with_the_builder, name="builder-watch", daemon=True).start()
     logging.getLogger().setLevel(logging.WARNING)
     _WORKER = _encoder(family, settings)
 
@@ -299,6 +319,10 @@ def _build(encoder: Any, family: str, settings: dict[str, Any], out: pathlib.Pat
         raise StoreError(f"a worker process of the build of {out} ended unexpectedly (out of "
                          "memory?): rerun with fewer --workers or a smaller --shard_mb; the "
                          "finished shards are kept") from None
+    except BaseException:  # Ctrl-C, SIGTERM, an error: the workers stop now, mid-shard
+        if pool is not None:
+            _stop_workers(pool)
+        raise
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -310,6 +334,14 @@ def _build(encoder: Any, family: str, settings: dict[str, Any], out: pathlib.Pat
     files.write_text(out / MANIFEST, manifest.to_json())
     (out / PROGRESS).unlink(missing_ok=True)
     return manifest
+
+
+def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+    """End the pool's worker processes at once: shutting the pool down would wait for the
+    shards they are tokenizing (Python 3.14 has `terminate_workers` for this)."""
+    for process in list(getattr(pool, "_processes", {}).values()):
+        with contextlib.suppress(OSError, ValueError):
+            process.terminate()
 
 
 def _keep(out: pathlib.Path, shard: Shard, number: int, digest: str, writer: _Writer) -> None:
