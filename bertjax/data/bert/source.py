@@ -41,7 +41,7 @@ from bertjax.data.bert.instances import (
 from bertjax.data.bert.masking import SpecialIds, continuation_mask
 from bertjax.data.bert.nsp import Corpus, check_corpus
 from bertjax.data.packing import check_per_row
-from bertjax.data.source import DataError, Example, FeatureSpec, Source
+from bertjax.data.source import STORE_PREFIX, DataError, Example, FeatureSpec, Source
 from bertjax.data.store.format import Chunk
 from bertjax.files import as_path
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
@@ -94,6 +94,9 @@ class BertPretrainingSource(Source):
         )
         self.max_predictions = max_predictions_per_seq
         self.cache_dir = cache_dir
+        if cache_dir and corpus.startswith(STORE_PREFIX):
+            raise DataError(f"{self.setting}.cache_dir is built from text, not a token store: "
+                            f"set {self.setting}.corpus to the text, or leave cache_dir empty")
         if cache_dir and masking != "static":
             raise DataError(f"{self.setting}.cache_dir holds static examples: set "
                             f"{self.setting}.masking='static' or leave cache_dir empty")

@@ -131,6 +131,8 @@ def test_a_store_that_does_not_fit_the_run_is_refused(wiki_slice, learned_vocab,
     # a workdir trained with another vocabulary does not resume on the store's
     refused(bert_cls(corpus=f"store:{bert}"), other, str(other), "another vocabulary",
             "new --workdir")
+    with pytest.raises(DataError, match="cache_dir is built from text, not a token store"):
+        bert_cls(corpus=f"store:{bert}", masking="static", cache_dir=str(tmp_path))
     # the store's own vocabulary, given as files, is accepted
     given = bert_cls(corpus=f"store:{bert}", vocab=str(learned_vocab("bert") / "vocab.txt"))
     given.prepare(tmp_path / "f")
