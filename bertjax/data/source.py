@@ -279,6 +279,7 @@ class Source:
         path = self.store_path
         try:
             store = reader.open_store(path)
+            stored = store.tokenizer_files()
         except (StoreError, OSError) as e:
             raise DataError(f"{self.setting}.corpus: {e}") from None
         manifest = store.manifest
@@ -291,7 +292,6 @@ class Source:
                 raise DataError(f"{path} was built with {name}={manifest.options.get(name)!r} "
                                 f"but {self.setting}.{name} is {value!r}: set it to match, or "
                                 f"rebuild the store with bertjax-prepare")
-        stored = store.tokenizer_files()
         if self.vocab_spec != "learn" and _digest(self._given_files(), self.vocab_files
                                                   ) != manifest.tokenizer_digest:
             raise DataError(f"{path} was tokenized with another vocabulary than "
@@ -338,11 +338,12 @@ class Source:
             self._files = {role: staging / name for role, name in self.vocab_files.items()}
         self.vocab = self.load_vocab(self._files)
 
-    def use_given_vocab(self) -> None:
-        """Load the given vocabulary files (the vocab setting), without a workdir: for tools
-        that tokenize with a run's vocabulary (bertjax-prepare)."""
+    def use_given_vocab(self) -> dict[str, pathlib.Path]:
+        """Load the given vocabulary files (the vocab setting), without a workdir, for tools
+        that tokenize with a run's vocabulary (bertjax-prepare); {role: local path} of them."""
         self._files = self._given_files()
         self.vocab = self.load_vocab(self._files)
+        return dict(self._files)
 
     def _given_files(self) -> dict[str, pathlib.Path]:
         """Given files (local or gs://): a directory holding them, or their comma-separated

@@ -242,7 +242,7 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
                     text_key=text_key)
     encoder = family_source(family, **settings)
     try:
-        encoder.use_given_vocab()
+        vocab_files = encoder.use_given_vocab()
     except (ValueError, OSError):
         names = ",".join(encoder.vocab_files.values())
         raise StoreError(f"--vocab={vocab}: {names} not found or not readable: pass a directory "
@@ -254,7 +254,7 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
         family=family, options=encoder.store_options(), corpus=corpus,
         corpus_format=corpus_format, text_key=text_key, tokenizer_kind=encoder.vocab_kind,
         tokenizer_files={role: f"{TOKENIZER_DIR}/{name}" for role, name in roles.items()},
-        tokenizer_digest=file_digest(encoder._files[role] for role in roles),
+        tokenizer_digest=file_digest(vocab_files[role] for role in roles),
         vocab_size=int(encoder.vocab_size), dtype=token_dtype(encoder.store_id_bound()).name,
         shard_chars=shard_chars)
     if out.exists() and not out.is_dir():
@@ -273,11 +273,12 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
                                  f"--out, or delete {out}")
             logging.info("%s: already built", out)
             return finished
-        return _build(encoder, family, settings, out, identity, workers)
+        return _build(encoder, vocab_files, family, settings, out, identity, workers)
 
 
-def _build(encoder: Any, family: str, settings: dict[str, Any], out: pathlib.Path,
-           identity: Manifest, workers: int) -> Manifest:
+def _build(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
+           settings: dict[str, Any], out: pathlib.Path, identity: Manifest, workers: int
+           ) -> Manifest:
     from bertjax.data.source import stream_documents
     from bertjax.tokenizers.elmo_vocab import BOS, EOS
 
@@ -292,7 +293,7 @@ def _build(encoder: Any, family: str, settings: dict[str, Any], out: pathlib.Pat
     writer = _Writer(out, identity, [], {BOS: 0, EOS: 1})
     if not done:  # a fresh build: its record says what is being built
         for role, name in identity.tokenizer_files.items():
-            files.copy(encoder._files[role], out / name)
+            files.copy(vocab_files[role], out / name)
         writer.record()
     # spawned, not forked: TensorFlow (BERT's tokenizer) is not safe across a fork; a worker
     # that dies (out of memory) fails the build in one line rather than hanging it

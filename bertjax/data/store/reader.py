@@ -22,6 +22,7 @@ from bertjax.data.store.format import (
     REBUILD,
     Manifest,
     StoreError,
+    file_digest,
     index_name,
     split_index,
     tokens_name,
@@ -160,9 +161,15 @@ class TokenStore:
         return found
 
     def tokenizer_files(self) -> dict[str, pathlib.Path]:
-        """{role: local path} of the vocabulary files the ids belong to."""
-        return {role: self._local(name)
-                for role, name in self.manifest.tokenizer_files.items()}
+        """{role: local path} of the vocabulary files the ids belong to; one line when they
+        are not the files the store was built with (the manifest's digest)."""
+        found = {role: self._local(name)
+                 for role, name in self.manifest.tokenizer_files.items()}
+        if file_digest(found.values()) != self.manifest.tokenizer_digest:
+            names = ", ".join(str(self.path / n) for n in self.manifest.tokenizer_files.values())
+            raise StoreError(f"{names}: not the vocabulary the store was built with (its "
+                             f"digest differs from {self.path / MANIFEST}'s): {REBUILD}")
+        return found
 
 
 def read_manifest(path: files.Path) -> Manifest:

@@ -85,3 +85,11 @@ def test_token_array_reads_across_shards_as_int32():
 def test_ids_are_uint16_when_the_vocabulary_fits():
     assert token_dtype(30522) == np.uint16 and token_dtype(65536) == np.uint16
     assert token_dtype(65537) == np.uint32 and token_dtype(None) == np.uint32
+
+
+def test_a_changed_vocabulary_file_is_refused(store):
+    vocab = store / "tokenizer" / "vocab.json"
+    vocab.write_text(vocab.read_text().replace('"', "'", 2)[::-1])
+    with pytest.raises(StoreError, match="not the vocabulary the store was built with.*"
+                                         "bertjax-prepare"):
+        open_store(store).tokenizer_files()
