@@ -55,7 +55,7 @@ import tensorflow as tf
 
 from bertjax import files
 from bertjax.data import corpora
-from bertjax.data.store.format import Chunk, StoreError, file_digest
+from bertjax.data.store.format import Chunk, StoreError, vocabulary_digest
 
 if TYPE_CHECKING:
     from bertjax.data.store.reader import TokenStore
@@ -292,15 +292,15 @@ class Source:
                 raise DataError(f"{path} was built with {name}={manifest.options.get(name)!r} "
                                 f"but {self.setting}.{name} is {value!r}: set it to match, or "
                                 f"rebuild the store with bertjax-prepare")
-        if self.vocab_spec != "learn" and _digest(self._given_files(), self.vocab_files
-                                                  ) != manifest.tokenizer_digest:
+        if (self.vocab_spec != "learn"
+                and vocabulary_digest(self._given_files()) != manifest.tokenizer_digest):
             raise DataError(f"{path} was tokenized with another vocabulary than "
                             f"{self.setting}.vocab={self.vocab_spec}: set it to 'learn' (the "
                             "store's own) or to the files the store was built with, or rebuild "
                             "the store with bertjax-prepare --vocab=" + self.vocab_spec)
         kept = {role: workdir / name for role, name in self.vocab_files.items()}
-        if all(p.is_file() for p in kept.values()) and _digest(
-                {role: files.local_copy(p) for role, p in kept.items()}, self.vocab_files
+        if all(p.is_file() for p in kept.values()) and vocabulary_digest(
+                {role: files.local_copy(p) for role, p in kept.items()}
         ) != manifest.tokenizer_digest:
             raise DataError(f"{workdir} was trained with another vocabulary than the token "
                             f"store {path} holds: use a new --workdir or that run's corpus")
@@ -408,11 +408,6 @@ class Source:
             num_epochs=1, trim_output_features=False, try_in_mem_cache=False,
         )
         return numpy_batches(dataset.batch(batch_size, drop_remainder=True).prefetch(2))
-
-
-def _digest(paths: dict[str, Any], roles: dict[str, str]) -> str:
-    """The store's digest (`file_digest`) of vocabulary files, in the family's role order."""
-    return file_digest(paths[role] for role in roles)
 
 
 def numpy_batches(dataset: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:

@@ -48,12 +48,12 @@ from bertjax.data.store.format import (
     Manifest,
     Shard,
     StoreError,
-    file_digest,
     index_name,
     make_index,
     token_dtype,
     tokens_name,
     types_name,
+    vocabulary_digest,
 )
 
 # The family's pretraining source, which brings the tokenizer and the encode path.
@@ -254,7 +254,7 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
         family=family, options=encoder.store_options(), corpus=corpus,
         corpus_format=corpus_format, text_key=text_key, tokenizer_kind=encoder.vocab_kind,
         tokenizer_files={role: f"{TOKENIZER_DIR}/{name}" for role, name in roles.items()},
-        tokenizer_digest=file_digest(vocab_files[role] for role in roles),
+        tokenizer_digest=vocabulary_digest(vocab_files),
         vocab_size=int(encoder.vocab_size), dtype=token_dtype(encoder.store_id_bound()).name,
         shard_chars=shard_chars)
     if out.exists() and not out.is_dir():

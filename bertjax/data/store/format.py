@@ -25,7 +25,7 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -61,12 +61,13 @@ def token_dtype(id_bound: int | None) -> np.dtype:
     return np.dtype(np.uint16 if id_bound is not None and id_bound <= 2**16 else np.uint32)
 
 
-def file_digest(paths: Iterable[str | os.PathLike]) -> str:
-    """sha256 of the files' bytes, in order, each preceded by its length."""
+def vocabulary_digest(paths: Mapping[str, str | os.PathLike]) -> str:
+    """sha256 of vocabulary files ({role: path}): each role's name and bytes, roles sorted, so
+    the digest names the files whatever order a mapping lists them in."""
     digest = hashlib.sha256()
-    for path in paths:
-        data = open(path, "rb").read()  # noqa: SIM115 - vocabulary files are small
-        digest.update(len(data).to_bytes(8, "little") + data)
+    for role in sorted(paths):
+        data = open(paths[role], "rb").read()  # noqa: SIM115 - vocabulary files are small
+        digest.update(role.encode() + b"\0" + len(data).to_bytes(8, "little") + data)
     return digest.hexdigest()
 
 

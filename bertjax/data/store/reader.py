@@ -22,11 +22,11 @@ from bertjax.data.store.format import (
     REBUILD,
     Manifest,
     StoreError,
-    file_digest,
     index_name,
     split_index,
     tokens_name,
     types_name,
+    vocabulary_digest,
 )
 
 
@@ -165,7 +165,7 @@ class TokenStore:
         are not the files the store was built with (the manifest's digest)."""
         found = {role: self._local(name)
                  for role, name in self.manifest.tokenizer_files.items()}
-        if file_digest(found.values()) != self.manifest.tokenizer_digest:
+        if vocabulary_digest(found) != self.manifest.tokenizer_digest:
             names = ", ".join(str(self.path / n) for n in self.manifest.tokenizer_files.values())
             raise StoreError(f"{names}: not the vocabulary the store was built with (its "
                              f"digest differs from {self.path / MANIFEST}'s): {REBUILD}")

@@ -10,7 +10,14 @@ import pytest
 
 from bertjax import files
 from bertjax.data.store import build as build_lib
-from bertjax.data.store.format import LOCK, MANIFEST, PROGRESS, StoreError, tokens_name
+from bertjax.data.store.format import (
+    LOCK,
+    MANIFEST,
+    PROGRESS,
+    StoreError,
+    tokens_name,
+    vocabulary_digest,
+)
 from bertjax.data.store.reader import open_store
 
 SHARD_CHARS = 15_000  # a 60 KB corpus makes several shards
@@ -34,8 +41,8 @@ def test_a_store_holds_the_ids_in_shards_with_a_manifest(wiki_slice, learned_voc
     assert store.num_documents == counts["documents"]
     assert store.tokens_per_sentence.sum() == counts["tokens"]
     assert isinstance(store.shard_tokens[0], np.memmap)
-    assert manifest.tokenizer_digest == build_lib.file_digest(
-        [learned_vocab("bert") / "vocab.txt"])
+    assert manifest.tokenizer_digest == vocabulary_digest(
+        {"vocab": learned_vocab("bert") / "vocab.txt"})
 
 
 @pytest.mark.slow
