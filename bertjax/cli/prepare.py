@@ -44,7 +44,8 @@ def define_flags() -> None:
                                 "run's workdir) or their comma-separated paths."),
         (string, "out", None, "Local directory of the store (new or empty, or a build to "
                               "resume)."),
-        (integer, "workers", os.cpu_count() or 1, "Processes that tokenize shards at once."),
+        (integer, "workers", min(os.cpu_count() or 1, 8),
+         "Processes that tokenize shards at once (each imports TensorFlow: about 1 GB)."),
         (flags.DEFINE_float, "shard_mb", build_lib.SHARD_CHARS / 10**6,
          "Text per shard, in millions of characters."),
         (boolean, "lower_case", True, "BERT: lower-case and strip accents (as the run's "
