@@ -23,6 +23,7 @@ from absl import flags
 
 from bertjax.cli import runner
 from bertjax.data.store import build as build_lib
+from bertjax.data.store.workers import FAMILIES
 
 PROGRAM = "bertjax-prepare"
 FLAGS = flags.FLAGS
@@ -34,7 +35,7 @@ def define_flags() -> None:
     """This tool's flags (defined when it runs: other tools define some of the same names)."""
     string, integer, boolean = flags.DEFINE_string, flags.DEFINE_integer, flags.DEFINE_bool
     for define, name, default, help_text in (
-        (string, "family", None, f"Whose ids: {' | '.join(build_lib.FAMILIES)}."),
+        (string, "family", None, f"Whose ids: {' | '.join(FAMILIES)}."),
         (string, "corpus", None, "Text files, directories (*.txt) or globs, comma-separated "
                                  "(local or gs://), 'stdlib', or tfds:NAME[:SPLIT]."),
         (string, "corpus_format", "bert", "bert (a sentence a line, blank lines between "

@@ -10,37 +10,31 @@ the in-memory source computes; this process writes each shard in order, to a tem
 renamed into place, and lists it in DIR/build.json. A killed build resumes where it stopped:
 listed shards are checked against the corpus's text and never rewritten. manifest.json is
 written last; its presence marks a finished store. A lock file (DIR/.build.lock) refuses a
-second build into the same directory while the first one runs.
+second build into the same directory while the first one runs (lock.py). The family's source
+and the worker processes it runs in: workers.py.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
 import dataclasses
 import hashlib
-import importlib
-import inspect
 import io
 import itertools
 import json
 import logging
-import multiprocessing
 import os
 import pathlib
 import re
-import signal
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from bertjax import files
+from bertjax.data.store import workers as workers_lib
 from bertjax.data.store.format import (
-    LOCK,
     MANIFEST,
     PROGRESS,
     TOKENIZER_DIR,
@@ -55,67 +49,11 @@ from bertjax.data.store.format import (
     types_name,
     vocabulary_digest,
 )
+from bertjax.data.store.lock import build_lock
 
-# The family's pretraining source, which brings the tokenizer and the encode path.
-FAMILIES = {
-    "bert": "bertjax.data.bert.source:BertPretrainingSource",
-    "gpt": "bertjax.data.gpt.source:LmPretrainingSource",
-    "elmo": "bertjax.data.elmo.source:ElmoSource",
-}
 SHARD_CHARS = 32_000_000  # characters of text per shard: about 8M ids, 16 MB as uint16
 _STORE_FILE = re.compile(r"^(?:(?:tokens|index|types)-\d{5}\.(?:bin|npy|json)|manifest\.json|"
                          r"build\.json|\.build\.lock|tokenizer|\..*\.tmp)$")
-
-
-def family_source(family: str, **settings: Any) -> Any:
-    """The family's pretraining source with `settings` (its gin settings); one line for an
-    unknown family."""
-    if family not in FAMILIES:
-        raise StoreError(f"unknown family {family!r}: choose one of {', '.join(FAMILIES)}")
-    module, _, name = FAMILIES[family].partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    unknown = sorted(set(settings) - set(inspect.signature(cls).parameters))
-    if unknown:
-        raise StoreError(f"{', '.join(unknown)}: not a setting of {cls.setting} ({family}); "
-                         "leave it out")
-    return cls(**settings)
-
-
-def _encoder(family: str, settings: dict[str, Any]) -> Any:
-    """The family's source with its given vocabulary loaded, ready to encode documents."""
-    source = family_source(family, **settings)
-    source.use_given_vocab()
-    return source
-
-
-_WORKER: Any = None  # a pool worker's encoder
-
-
-def _start_worker(family: str, settings: dict[str, Any]) -> None:
-    """A pool worker's start. It prints nothing (TensorFlow's start-up lines included: its
-    errors reach the builder, which reports them), leaves Ctrl-C to the builder, which stops
-    the workers, and ends when the builder does (kill -9 included): an orphan would hold the
-    builder's terminal or pipes open and tokenize for nobody."""
-    global _WORKER
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    quiet = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(quiet, 1)
-    os.dup2(quiet, 2)
-    os.close(quiet)
-    builder = os.getppid()
-
-    def end_with_the_builder() -> None:
-        while os.getppid() == builder:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=end_with_the_builder, name="builder-watch", daemon=True).start()
-    logging.getLogger().setLevel(logging.WARNING)
-    _WORKER = _encoder(family, settings)
-
-
-def _encode_in_worker(documents: list[list[str]]) -> Chunk:
-    return _WORKER.encode_documents(documents)
 
 
 def _shards(documents: Iterator[list[str]], shard_chars: int, corpus_digest: Any
@@ -135,32 +73,6 @@ def _shards(documents: Iterator[list[str]], shard_chars: int, corpus_digest: Any
             shard, chars, digest = [], 0, hashlib.sha256()
     if shard:
         yield shard, digest.hexdigest()
-
-
-@contextlib.contextmanager
-def build_lock(out: pathlib.Path) -> Iterator[None]:
-    """Hold DIR/.build.lock for the block; one line if a live process holds it (the lock of a
-    killed build is taken over)."""
-    lock = out / LOCK
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            break
-        except FileExistsError:
-            holder = lock.read_text().strip() if lock.exists() else ""
-            if holder and not files.orphaned(holder):
-                raise StoreError(f"{out} is being built by another bertjax-prepare (process "
-                                 f"{holder.split('-')[0]}, {lock}): wait for it to finish, or "
-                                 "use another --out") from None
-            lock.unlink(missing_ok=True)  # its builder has ended
-    else:
-        raise StoreError(f"cannot take the build lock {lock}: remove it if no build runs")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(files.writer_tag())
-        yield
-    finally:
-        lock.unlink(missing_ok=True)
 
 
 class _Writer:
@@ -240,7 +152,7 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
                          "the directory or files a run learned (e.g. WORKDIR/vocab.txt)")
     settings = dict(settings, corpus=corpus, corpus_format=corpus_format, vocab=vocab,
                     text_key=text_key)
-    encoder = family_source(family, **settings)
+    encoder = workers_lib.family_source(family, **settings)
     try:
         vocab_files = encoder.use_given_vocab()
     except (ValueError, OSError):
@@ -295,11 +207,7 @@ def _build(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
         for role, name in identity.tokenizer_files.items():
             files.copy(vocab_files[role], out / name)
         writer.record()
-    # spawned, not forked: TensorFlow (BERT's tokenizer) is not safe across a fork; a worker
-    # that dies (out of memory) fails the build in one line rather than hanging it
-    pool = (concurrent.futures.ProcessPoolExecutor(
-        workers, multiprocessing.get_context("spawn"), _start_worker, (family, settings))
-        if workers > 1 else None)
+    pool = workers_lib.start_pool(workers, family, settings) if workers > 1 else None
     pending: collections.deque = collections.deque()
     try:
         for number, (shard, digest) in enumerate(itertools.chain([first], shards)):
@@ -309,7 +217,7 @@ def _build(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
             if pool is None:
                 writer.write(encoder.encode_documents(shard), digest)
                 continue
-            pending.append((pool.submit(_encode_in_worker, shard), digest))
+            pending.append((pool.submit(workers_lib.encode_in_worker, shard), digest))
             while len(pending) > workers:
                 result, text_digest = pending.popleft()
                 writer.write(result.result(), text_digest)
@@ -322,7 +230,7 @@ def _build(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
                          "finished shards are kept") from None
     except BaseException:  # Ctrl-C, SIGTERM, an error: the workers stop now, mid-shard
         if pool is not None:
-            _stop_workers(pool)
+            workers_lib.stop_workers(pool)
         raise
     finally:
         if pool is not None:
@@ -335,14 +243,6 @@ def _build(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
     files.write_text(out / MANIFEST, manifest.to_json())
     (out / PROGRESS).unlink(missing_ok=True)
     return manifest
-
-
-def _stop_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
-    """End the pool's worker processes at once: shutting the pool down would wait for the
-    shards they are tokenizing (Python 3.14 has `terminate_workers` for this)."""
-    for process in list(getattr(pool, "_processes", {}).values()):
-        with contextlib.suppress(OSError, ValueError):
-            process.terminate()
 
 
 def _keep(out: pathlib.Path, shard: Shard, number: int, digest: str, writer: _Writer) -> None:
