@@ -43,8 +43,8 @@ def define_flags() -> None:
         (string, "text_key", "text", "The text feature of a TFDS corpus."),
         (string, "vocab", None, "An existing vocabulary: a directory holding its files (a "
                                 "run's workdir) or their comma-separated paths."),
-        (string, "out", None, "Local directory of the store (new or empty, or a build to "
-                              "resume)."),
+        (string, "out", None, "Directory of the store, local or gs:// (new or empty, or a "
+                              "build to resume); gs:// is built on local disk, then uploaded."),
         (integer, "workers", min(os.cpu_count() or 1, 8),
          "Processes that tokenize shards at once (each imports TensorFlow: about 1 GB)."),
         (flags.DEFINE_float, "shard_mb", build_lib.SHARD_CHARS / 10**6,

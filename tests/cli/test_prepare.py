@@ -67,7 +67,7 @@ def test_bad_input_is_one_line(bert_sample, vocab, tmp_path):
         "lower_case: not a setting of lm_pretraining_source": {"family": "gpt",
                                                                 "lower_case": "false"},
         "--workers=0": {"workers": "0"},
-        "built on local disk": {"out": "gs://bucket/store"},
+        "s3:// paths are not supported": {"out": "s3://bucket/store"},
         "being built by another bertjax-prepare": {"out": str(busy)},
     }
     for words, change in cases.items():

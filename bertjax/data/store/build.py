@@ -11,7 +11,7 @@ renamed into place, and lists it in DIR/build.json. A killed build resumes where
 listed shards are checked against the corpus's text and never rewritten. manifest.json is
 written last; its presence marks a finished store. A lock file (DIR/.build.lock) refuses a
 second build into the same directory while the first one runs (lock.py). The family's source
-and the worker processes it runs in: workers.py.
+and the worker processes it runs in: workers.py; a store for gs://: upload.py.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from bertjax import files
+from bertjax.data.store import upload
 from bertjax.data.store import workers as workers_lib
 from bertjax.data.store.format import (
     MANIFEST,
@@ -140,11 +141,9 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
           shard_chars: int = SHARD_CHARS, **settings: Any) -> Manifest:
     """Build (or resume, or find finished) the token store of `corpus` tokenized by the
     family's source with the vocabulary files `vocab` (a directory holding them, or their
-    comma-separated paths) into the local directory `out`; `settings` are the family source's
-    own (lower_case, tokenizer). Returns the manifest."""
-    if files.is_remote(out):
-        raise StoreError(f"--out={out}: a store is built on local disk: build it there, then "
-                         "copy the directory to object storage (runs read gs:// stores)")
+    comma-separated paths) into the directory `out` (local, or on object storage through a
+    local staging directory: upload.py); `settings` are the family source's own (lower_case,
+    tokenizer). Returns the manifest."""
     if workers < 1 or shard_chars < 1:
         raise StoreError(f"workers={workers} and shard_chars={shard_chars} must be >= 1")
     if vocab in ("", "learn"):
@@ -160,7 +159,8 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
         raise StoreError(f"--vocab={vocab}: {names} not found or not readable: pass a directory "
                          f"holding {names} (a {family} run's workdir) or their comma-separated "
                          "paths") from None
-    out = pathlib.Path(out)
+    remote = files.as_path(out) if files.is_remote(out) else None
+    out = upload.staging_dir(os.fspath(out)) if remote else pathlib.Path(out)
     roles = encoder.vocab_files
     identity = Manifest(
         family=family, options=encoder.store_options(), corpus=corpus,
@@ -169,6 +169,20 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
         tokenizer_digest=vocabulary_digest(vocab_files),
         vocab_size=int(encoder.vocab_size), dtype=token_dtype(encoder.store_id_bound()).name,
         shard_chars=shard_chars)
+    if remote is not None:
+        finished = upload.finished_remote(remote, identity)
+        if finished is not None:
+            return finished
+        manifest = _build_here(encoder, vocab_files, family, settings, out, identity, workers)
+        upload.upload(out, remote)
+        return manifest
+    return _build_here(encoder, vocab_files, family, settings, out, identity, workers)
+
+
+def _build_here(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
+                settings: dict[str, Any], out: pathlib.Path, identity: Manifest, workers: int
+                ) -> Manifest:
+    """`build` into the local directory `out`, under its lock."""
     if out.exists() and not out.is_dir():
         raise StoreError(f"--out={out} is a file: give a directory for the store")
     foreign = sorted(p.name for p in out.iterdir() if not _STORE_FILE.match(p.name)

@@ -146,15 +146,21 @@ def test_a_raw_text_corpus_is_read_as_before(wiki_slice, learned_vocab, tmp_path
 
 
 def test_a_store_and_its_corpus_on_gs_go_through_the_path_layer(
-        wiki_slice, learned_vocab, tmp_path, gcs_bucket):  # noqa: F811 - the fixture
+        wiki_slice, learned_vocab, tmp_path, monkeypatch, gcs_bucket):  # noqa: F811 - fixture
+    """Built from a gs:// corpus into gs:// (staged on local disk, then uploaded), the store
+    holds the bytes of a local build and a run reads it through the path layer."""
+    monkeypatch.setenv("BERTJAX_STORE_STAGING", str(tmp_path / "staging"))
     corpus = f"{gcs_bucket}/corpus/wiki.txt"
     files.copy(wiki_slice, corpus)
-    local = tmp_path / "store"
-    build_lib.build("gpt", corpus, str(learned_vocab("gpt")), local, shard_chars=SHARD_CHARS)
-    remote = f"{gcs_bucket}/stores/wiki"
-    for path in local.rglob("*"):
-        if path.is_file():
-            files.copy(path, f"{remote}/{path.relative_to(local)}")
+    local, remote = tmp_path / "store", f"{gcs_bucket}/stores/wiki"
+    vocab = str(learned_vocab("gpt"))
+    build_lib.build("gpt", corpus, vocab, local, shard_chars=SHARD_CHARS)
+    manifest = build_lib.build("gpt", corpus, vocab, remote, shard_chars=SHARD_CHARS)
+    names = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_file())
+    for name in names:
+        assert files.as_path(f"{remote}/{name}").read_bytes() == (local / name).read_bytes()
+    assert not list((tmp_path / "staging").glob("*"))  # removed once uploaded
+    assert build_lib.build("gpt", corpus, vocab, remote, shard_chars=SHARD_CHARS) == manifest
     cls = FAMILIES["gpt"][0]
     sources = [cls(corpus=f"store:{where}") for where in (local, remote)]
     for number, source in enumerate(sources):
