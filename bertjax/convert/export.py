@@ -13,10 +13,10 @@
 --format=hf writes config.json, model.safetensors and the tokenizer's files, which
 transformers' AutoConfig / AutoModel* / AutoTokenizer `from_pretrained(DIR)` load with no
 missing or unexpected weights. Models with no transformers counterpart (a left-to-right BERT,
-a BERT head behind a BiLSTM, BERT's feature-based tagger, a GPT fine-tuning head, an ELMo task
-model) are refused in one line naming what can be exported instead: their pretrained encoder,
-with encoder_only (a GPT fine-tuning run's keeps the three task tokens it learned, as added
-tokens of its tokenizer).
+a BERT head behind a BiLSTM or reading the mean of its tokens (finetune.pooling = 'mean'),
+BERT's feature-based tagger, a GPT fine-tuning head, an ELMo task model) are refused in one
+line naming what can be exported instead: their pretrained encoder, with encoder_only (a GPT
+fine-tuning run's keeps the three task tokens it learned, as added tokens of its tokenizer).
 
 The checkpoint read is a fine-tuning run's best (WORKDIR/best) by default, else the newest;
 WORKDIR/checkpoints/STEP names one. Layers trained with scan_layers=True are un-stacked, and
@@ -42,6 +42,7 @@ from safetensors.numpy import save_file
 
 from bertjax import files
 from bertjax.convert import destination, elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
+from bertjax.finetune.task_record import recorded_head
 from bertjax.models.bert import BertConfig
 from bertjax.models.sizes import FamilyConfig
 from bertjax.training import workdir as workdir_lib
@@ -157,6 +158,12 @@ def _bert_kind(trained: Trained, encoder_only: bool) -> str | None:
                 if role.kind == "features" else f"a {role.name} head behind a BiLSTM")
         raise ExportError(f"{trained.workdir} holds {what}, which has no transformers "
                           "counterpart: export its BERT encoder alone with --encoder_only")
+    pooling = recorded_head(trained.task)["pooling"]
+    if pooling != "cls":  # only the sentence heads take another (heads/bert.py)
+        raise ExportError(f"{trained.workdir} holds a {role.name} head reading the {pooling} of "
+                          f"its tokens (finetune.pooling = {pooling!r}), which transformers' "
+                          "heads (the pooled [CLS]) cannot rebuild: export its BERT encoder "
+                          "alone with --encoder_only")
     if role.name not in hf_bert.HEAD_CLASSES:
         raise ExportError(f"{trained.workdir}: objective {trained.objective!r} has no "
                           "transformers counterpart: export its BERT encoder alone with "

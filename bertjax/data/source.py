@@ -241,6 +241,11 @@ class Source:
         """True when each host reads its own documents (TFDS corpora), so nothing is sharded."""
         return self.corpus_name.startswith("tfds:")
 
+    def row_facts(self) -> dict[str, Any]:
+        """Nothing beyond the batch size and corpus: a row is one sequence (BERT's packed rows
+        say more)."""
+        return {}
+
     # ---------------------------------------------------------------- shared
 
     @property

@@ -47,6 +47,10 @@ class InMemorySource:
     def prepare(self, workdir: object = None) -> None:
         """Nothing to read: the examples are in memory."""
 
+    def row_facts(self) -> dict[str, Any]:
+        """Nothing beyond the batch size: a row is one example."""
+        return {}
+
     def save(self, workdir: object = None) -> dict:
         """The tokenizer description the workdir record keeps, its files written by
         `save_files` when given (the loop calls this before the first step)."""

@@ -29,6 +29,7 @@ import typing
 from typing import Any
 
 from bertjax.data.packing import check_per_row
+from bertjax.finetune.heads.bert import check_pooling
 from bertjax.training.optim import OPTIMIZERS
 
 _TRANSFORMER = dict(approach="fine_tune", batch_size=32, epochs=3.0, weight_decay=0.01,
@@ -170,9 +171,14 @@ class BertRecipe(Recipe):
     features: str = "concat_last_four"
     lstm_size: int | None = None
     lstm_layers: int | None = None
+    # what the sentence heads (classify, regress, choice) read: "cls", the pooled [CLS] (the
+    # paper's); "mean", the mean of the final hidden states over the real tokens (heads/bert.py
+    # says why). task.json records it; the tagging and QA heads refuse "mean".
+    pooling: str = "cls"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_pooling(self.pooling)
         if self.packed_sequences < 0 or self.packed_sequences == 1:
             raise ValueError(f"finetune.packed_sequences is {self.packed_sequences!r}: set 0 (one "
                              "example per row) or the most examples a row holds (2+)")

@@ -5,7 +5,8 @@
     encode, build the objective                               -> setup_task: task x adapter
     AdamW with linear warmup and decay, epochs -> steps        -> training.optim
     task.json, tokenizer files, init.txt before the first step -> task_record.py (a resume with
-                                                                  another vocabulary is refused)
+                                                                  another vocabulary or head
+                                                                  setting is refused)
     train under the run's guards, evaluating every eval_every  -> bertjax.training.run +
       steps and at the end                                        evaluate.py
     GLUE submissions from the best checkpoint                  -> official.py
@@ -33,7 +34,11 @@ from bertjax.finetune.pretrained import Pretrained, load_pretrained
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import Resolved, TaskSetup, resolve, setup_task
 from bertjax.finetune.task import Task
-from bertjax.finetune.task_record import check_same_tokenizer, write_task_record
+from bertjax.finetune.task_record import (
+    check_same_head,
+    check_same_tokenizer,
+    write_task_record,
+)
 from bertjax.training import loop
 from bertjax.training.evaluation import RESULTS
 from bertjax.training.experiment import Experiment
@@ -90,6 +95,7 @@ def _prepare(recipe: Recipe, resolved: Resolved, init: str | Pretrained, train: 
              lower_case: bool | None, mesh: jax.sharding.Mesh) -> _Prepared:
     """Read the examples and the files to predict, load --init, encode, and build the
     experiment, the pretrained initialisation and the evaluator."""
+    check_same_head(workdir, recipe)  # a resume: the head its checkpoints were trained with
     train_examples, train_name = _examples(train, recipe, resolved.task, "train")
     eval_examples, eval_name = _examples(eval, recipe, resolved.task, "validation")
     unlabelled = official.read_unlabelled(predict, recipe, resolved.task)

@@ -5,7 +5,8 @@ for the tools that use the fine-tuned model outside the run (bertjax-export):
      "labels": ["Business", "Sports"],            # the head's outputs in order (or null)
      "max_seq_length": 128, "init": "/path/of/--init",
      "tokenizer": {"kind": "wordpiece", "files": {"vocab": "vocab.txt"}, "lower_case": true,
-                   "rules": "transformers"}}     # "google" for a Google BERT --init
+                   "rules": "transformers"},     # "google" for a Google BERT --init
+     "head": {"pooling": "cls"}}                  # BERT: what its sentence head reads
     (kinds: wordpiece; bpe, GPT-2's byte-level; openai_bpe, GPT-1's character-level)
 
 model.json (training/workdir.py) records the model config; this file adds what only the
@@ -13,6 +14,11 @@ fine-tuning recipe knows. The tokenizer's files are copied into the workdir (as 
 run copies its own), so the workdir stands alone; init.txt records the --init the run started
 from. All are written before the first step, and a resume with an --init of another
 vocabulary is refused (`check_same_tokenizer`), as pretraining refuses a changed tokenizer.
+
+"head" holds the recipe's HEAD_SETTINGS: settings that change what a head computes from the
+same parameters (BERT's finetune.pooling), so that a resumed run, its --predict files and
+bertjax-export use the head that was trained: a resume that sets another value is refused in
+one line (`check_same_head`), and bertjax-export refuses a head transformers cannot rebuild.
 """
 
 from __future__ import annotations
@@ -31,6 +37,19 @@ if TYPE_CHECKING:  # reading a record (bertjax-export) needs neither TensorFlow 
     from bertjax.finetune.recipe import Recipe
 
 INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
+# setting: the value a record from before the setting existed was trained with
+HEAD_SETTINGS: dict[str, Any] = {"pooling": "cls"}
+
+
+def head_settings(recipe: Recipe) -> dict[str, Any]:
+    """The HEAD_SETTINGS `recipe` has (its family's), as task.json records them."""
+    return {name: getattr(recipe, name) for name in HEAD_SETTINGS if hasattr(recipe, name)}
+
+
+def recorded_head(task: dict[str, Any] | None) -> dict[str, Any]:
+    """The head settings a task record says its run trained with (HEAD_SETTINGS' values for
+    a record from before they were recorded)."""
+    return {**HEAD_SETTINGS, **((task or {}).get("head") or {})}
 
 
 def _save_tokenizer(workdir: Path, tokenizer: Tokenizer | None) -> dict[str, Any] | None:
@@ -81,11 +100,32 @@ def write_task_record(workdir: str | os.PathLike, recipe: Recipe, model: Pretrai
     tokenizer = _save_tokenizer(workdir, model.tokenizer)
     record = {"family": recipe.family, "task": recipe.task, "approach": recipe.approach,
               "labels": labels, "max_seq_length": recipe.max_seq_length, "init": model.source,
-              "tokenizer": tokenizer}
+              "tokenizer": tokenizer, "head": head_settings(recipe)}
     write_text(workdir / TASK_RECORD, json.dumps(record, indent=2, sort_keys=True) + "\n")
     if init is not None and not (workdir / INIT_RECORD).is_file():
         write_text(workdir / INIT_RECORD, init_text(init) + "\n")
     return tokenizer or {}
+
+
+def check_same_head(workdir: str | os.PathLike, recipe: Recipe) -> None:
+    """Before a fine-tuning run resumes: the recipe's head settings are those its checkpoints
+    were trained with (task.json), or one line names the setting and the recorded value. The
+    parameters fit either value, so a changed setting would go on silently with another
+    head."""
+    from bertjax.training.workdir import latest_checkpoint
+
+    workdir = as_path(workdir)
+    step = latest_checkpoint(workdir)
+    record = read_task_record(workdir) if step is not None else None
+    if record is None:
+        return  # a new run, or one from before runs recorded their task
+    recorded = recorded_head(record)
+    for name, value in head_settings(recipe).items():
+        if value != recorded[name]:
+            raise ValueError(f"checkpoint {step} of {workdir} was trained with finetune.{name} "
+                             f"= {recorded[name]!r} ({workdir / TASK_RECORD}) but this run sets "
+                             f"{value!r}: set finetune.{name} = {recorded[name]!r}, or use a "
+                             "new --workdir")
 
 
 def check_same_tokenizer(workdir: str | os.PathLike, model: Pretrained, init: str) -> None:

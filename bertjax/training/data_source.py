@@ -39,6 +39,11 @@ class DataSource(Protocol):
         """This host's rows of every global batch from global example `start_index` on
         (`batch_size` rows per host), endlessly."""
 
+    def row_facts(self) -> dict[str, Any]:
+        """What model.json records of how its rows are made, beyond the batch size and corpus
+        (a resume announces a change): {} or, for a source that packs rows, how many
+        sequences a row holds."""
+
     def padded_length(self, batch: dict[str, np.ndarray], seq_length: int) -> int:
         """Tokens per row of a batch it gave: `seq_length`, or the length bucket it cut the
         batch to (the loop's tokens-per-second count)."""

@@ -237,9 +237,8 @@ def run_facts(exp: Experiment) -> dict[str, Any]:
     batch size, the corpus and, for a source that packs rows (BERT pretraining), how many
     sequences a row holds (0: unpacked)."""
     corpus = exp.source.corpus_name
-    packed = getattr(exp.source, "packed_sequences", None)
     return {"batch_size": exp.batch_size, **({"corpus": corpus} if corpus else {}),
-            **({"packed_sequences": packed} if packed is not None else {})}
+            **exp.source.row_facts()}
 
 
 def check_run(exp: Experiment, mesh: Mesh, workdir: Path) -> None:

@@ -8,8 +8,10 @@ the `bindings` its family shares; `steps` gives each its budget in steps (FLOPs 
 the model and batch: flops.py). The learning curve trains every model at each size of
 `labels` (stratified AG News draws, `draws` of each, the same draws for every arm),
 fine-tuned where `fine_tuned` says so and feature-based (a probe on frozen layers) for every
-model in `probed`; `finetune` holds each family's recipe settings and `learning_rates` the grid
-a run's rate is chosen from, per (model, init, size), on the draw's held-out tenth.
+model in `probed`; `finetune` holds each family's recipe settings (any bertjax.finetune
+Recipe setting of that family, e.g. {'bert': {'pooling': 'mean'}} for BERT's mean-pooled
+sentence head) and `learning_rates` the grid a run's rate is chosen from, per (model, init,
+size), on the draw's held-out tenth.
 Relative paths are read from the repository root.
 """
 
@@ -81,6 +83,7 @@ class Study:
             if not self.learning_rates.get(self.family(model)):
                 raise StudyError(f"families_study.learning_rates has no rates for family "
                                  f"{self.family(model)!r}: give the grid its runs choose from")
+        self._check_recipes()
         rows = self.train_rows or TRAIN_ROWS
         sizes = [*self.labels, *(n for sizes in self.fine_tuned.values() for n in sizes)]
         bad = [n for n in sizes if not 10 <= n <= rows]
@@ -93,6 +96,17 @@ class Study:
         if unknown_baselines:
             raise StudyError(f"unknown baselines {sorted(unknown_baselines)}: choose among "
                              f"{', '.join(BASELINES)}")
+
+    def _check_recipes(self) -> None:
+        """Each fine-tuned family's settings make a recipe (finetune.pooling = 'max' and
+        the like fail here, in one line, not after the pretraining runs)."""
+        from bertjax.finetune.recipe import Recipe
+
+        for family in sorted({self.family(model) for model in self.fine_tuned}):
+            try:
+                Recipe(family, "classification", **self.finetune.get(family, {}))
+            except (ValueError, TypeError) as err:
+                raise StudyError(f"families_study.finetune[{family!r}]: {err}") from None
 
     def family(self, model: str) -> str:
         return self.models[model][0]

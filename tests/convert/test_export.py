@@ -4,6 +4,7 @@ unexpected weights, give bertjax's outputs; MiniLM imported and exported again i
 byte-identical; scanned layers un-stack; heads with no counterpart are refused in one line.
 (tests/cli/test_export.py exports real training runs.)"""
 
+import dataclasses
 import json
 import pathlib
 
@@ -127,6 +128,29 @@ def test_a_head_behind_a_bilstm_is_refused(tmp_path):
     model, tensors, config_json, _ = export._bert_files(trained, encoder_only=True)
     assert model == "BertModel" and "pooler.dense.weight" in tensors
     assert config_json["architectures"] == ["BertModel"] and config_json["pad_token_id"] == 0
+
+
+def test_a_head_reading_the_mean_of_its_tokens_is_refused(tmp_path):
+    """finetune.pooling = 'mean' keeps the parameters of a [CLS] head (the pooler unused):
+    only task.json tells them apart, and transformers' classifier would read the pooler."""
+    config = bert_config("tiny", **BERT)
+    head = BertHead(config, CLASSES, 2, pooling="mean")
+    ids = np.ones((1, 6), np.int32)
+    shapes = nn.unbox(jax.eval_shape(lambda: head.init(jax.random.key(0), ids, ids, ids)))
+    tokenizer = {"kind": "wordpiece", "files": {"vocab": "vocab.txt"}, "lower_case": True}
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    task = {"labels": ["a", "b"], "tokenizer": tokenizer, "head": {"pooling": "mean"}}
+    trained = export.Trained(tmp_path, "best", {"family": "bert", "objective": "bert_classify"},
+                             task, config, random_like(shapes["params"]))
+    with pytest.raises(export.ExportError) as refused:
+        export._bert_files(trained, encoder_only=False)
+    assert "\n" not in str(refused.value)
+    assert "finetune.pooling = 'mean'" in str(refused.value)
+    assert str(refused.value).endswith("export its BERT encoder alone with --encoder_only")
+    model, _, _, _ = export._bert_files(trained, encoder_only=True)
+    assert model == "BertModel"
+    cls = dataclasses.replace(trained, task={**task, "head": {"pooling": "cls"}})
+    assert export._bert_files(cls, encoder_only=False)[0] == "BertForSequenceClassification"
 
 
 @pytest.mark.parametrize("objective, message", [

@@ -54,8 +54,11 @@ def test_every_example_once_per_epoch_and_resumable_rows():
             assert batch["cls_positions"][r, k] == np.flatnonzero(where)[0]
 
 
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
 @pytest.mark.parametrize("output", [CLASSES, SCORE], ids=["classes", "score"])
-def test_packed_rows_give_the_unpacked_logits_and_gradients(output):
+def test_packed_rows_give_the_unpacked_logits_and_gradients(output, pooling):
+    """Read at each example's [CLS], or (finetune.pooling = 'mean') averaged over each
+    example's own tokens of the row."""
     arrays = encoded(24)
     if output is SCORE:
         arrays["label"] = np.linspace(0.0, 5.0, 24, dtype=np.float32)
@@ -66,8 +69,9 @@ def test_packed_rows_give_the_unpacked_logits_and_gradients(output):
     unpacked = {k: v[order] for k, v in arrays.items()}
     config = bert_config("tiny", vocab_size=300, max_position_embeddings=L, dropout_rate=0.0,
                          attention_dropout_rate=0.0)
-    plain = bert_finetuning(config, output, num_labels=4)
-    with_packing = bert_finetuning(config, output, num_labels=4, packed_sequences=K)
+    plain = bert_finetuning(config, output, num_labels=4, pooling=pooling)
+    with_packing = bert_finetuning(config, output, num_labels=4, packed_sequences=K,
+                                   pooling=pooling)
     params = nn.unbox(plain.init_variables(jax.random.key(0), unpacked)["params"])
 
     logits_u = jax.jit(plain.model.apply)({"params": params}, unpacked["input_ids"],
@@ -109,7 +113,8 @@ def test_the_last_layer_of_a_packed_classifier_computes_only_the_cls_positions()
     assert flops(True) < 0.7 * flops(False)
 
 
-def test_packed_prediction_gives_every_example_its_unpacked_outputs():
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_packed_prediction_gives_every_example_its_unpacked_outputs(pooling):
     """Evaluation of a packed run (evaluate.predict_packed) packs its rows too: every example
     gets the logits it gets alone in a padded row, back in the examples' order."""
     from bertjax.finetune.evaluate import predict_batched, predict_packed
@@ -118,7 +123,8 @@ def test_packed_prediction_gives_every_example_its_unpacked_outputs():
     arrays = encoded(50, seed=1)
     inputs = {k: arrays[k] for k in ("input_ids", "segment_ids", "input_mask")}
     config = bert_config("tiny", vocab_size=300, max_position_embeddings=L)
-    objective = bert_finetuning(config, CLASSES, num_labels=4, packed_sequences=K)
+    objective = bert_finetuning(config, CLASSES, num_labels=4, packed_sequences=K,
+                                pooling=pooling)
     params = nn.unbox(objective.init_variables(jax.random.key(0), arrays)["params"])
     shapes = set()
 

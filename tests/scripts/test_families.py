@@ -109,6 +109,25 @@ def test_dry_run_and_bad_input_are_one_line(tmp_path):
     assert not (tmp_path / "pretrain").exists()
 
 
+def test_a_family_finetune_setting_reaches_its_recipe_and_a_bad_one_is_one_line():
+    """finetune.pooling (or any Recipe setting) passes through families_study.finetune to
+    every fine-tuning run of the family; a bad value fails when the study loads."""
+    from families_study.config import StudyError
+    from families_study.curve import _recipe
+
+    bert = "'bert': {'optimizer': 'adamw', 'max_seq_length': 64, 'pooling': '%s'}"
+    study = load_study(CPU, ["families_study.finetune = {%s}" % (bert % "mean")])
+    recipe = _recipe("bert", study.finetune["bert"], 1e-4, 400, "pretrained", 0,
+                     study.min_steps, study.min_epochs, ["a", "b"])
+    assert recipe.pooling == "mean" and recipe.max_seq_length == 64
+    assert load_study(CPU).finetune["bert"].get("pooling") is None  # the default: [CLS]
+    with pytest.raises(StudyError) as refused:
+        load_study(CPU, ["families_study.finetune = {%s}" % (bert % "max")])
+    assert "\n" not in str(refused.value)
+    assert "families_study.finetune['bert']: finetune.pooling is 'max': choose one of cls, " \
+           "mean" in str(refused.value)
+
+
 def test_a_root_that_is_a_file_or_holds_no_runs_is_one_line_and_writes_nothing(tmp_path,
                                                                               capsys):
     """--root=FILE was a raw NotADirectoryError; --report_only on a root without runs a raw

@@ -207,6 +207,10 @@ class BertPretrainingSource(Source):
     def feature_spec(self, seq_length: int, batch_size: int) -> FeatureSpec:
         return feature_spec(self.config(seq_length))
 
+    def row_facts(self) -> dict[str, Any]:
+        """How many instances a row packs (0: one per row): a resume that changes it is told."""
+        return {"packed_sequences": self.packed_sequences}
+
     def cache_settings(self, seq_length: int, settings_class: type[S]) -> S:
         """The cache settings (`bertjax.data.bert.cache.Settings`) whose cache holds what this
         source builds at `seq_length`."""

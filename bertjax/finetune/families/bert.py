@@ -180,7 +180,8 @@ class BertFineTuned(Adapter):
         self.packing = recipe.packed_sequences
         choices = len(examples[0].endings) if task.inputs == CHOICES and examples else 4
         self.objective = bert_finetuning(self.config, task.output, num_outputs, choices,
-                                         recipe.lstm_size if recipe.bilstm else 0, self.packing)
+                                         recipe.lstm_size if recipe.bilstm else 0, self.packing,
+                                         recipe.pooling)
         if recipe.length_buckets > 1 and task.inputs != QUESTIONS and not self.packing:
             token_features = INPUT_FEATURES + (task.output.target_features
                                                if task.output.token_axis else ())

@@ -12,7 +12,7 @@ import jax
 from bertjax.finetune.adapter import Adapter, Arrays, register
 from bertjax.finetune.examples import Example
 from bertjax.finetune.families.bert import encode_words
-from bertjax.finetune.heads.bert import with_pretrained_encoder
+from bertjax.finetune.heads.bert import check_pooling, with_pretrained_encoder
 from bertjax.finetune.heads.bert_features import FROZEN, bert_feature_objective
 from bertjax.finetune.outputs import WORD_CLASSES, Layout
 from bertjax.finetune.task import WORDS, Task
@@ -36,6 +36,7 @@ class BertFeatures(Adapter):
     def __init__(self, recipe: BertRecipe, model: Pretrained, task: Task, num_outputs: int,
                  examples: Sequence[Example]):
         super().__init__(recipe, model, task, num_outputs, examples)
+        check_pooling(recipe.pooling, WORD_CLASSES)  # a tagger: "mean" is refused
         self.objective = bert_feature_objective(model.config, recipe.features, num_outputs,
                                                 recipe.lstm_size, dropout_rate=recipe.dropout)
 

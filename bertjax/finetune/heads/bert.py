@@ -13,9 +13,17 @@ With `bilstm=H` (Table 5's "+ BiLSTM", `finetune.bilstm`) a randomly initialised
 direction) reads the encoder's sequence output first; the sentence heads then read its
 max-pool over the real tokens instead of the pooled [CLS].
 
+With `pooling="mean"` (`finetune.pooling`) the sentence heads (classify, regress, choice) read
+the mean of the final hidden states over each example's real tokens instead of the pooled
+[CLS]; the pooler (dense + tanh, trained by next-sentence prediction) is then left unused. A
+small model pretrained briefly has a weak [CLS] and pooler, and the mean of the tokens is the
+usual sentence readout of an encoder (Sentence-BERT, Reimers and Gurevych 2019). The token
+heads (tag, span) read every token already and refuse the setting.
+
 The [CLS] heads (classify, regress) also train on packed rows (`packed_sequences=K`,
 bertjax/finetune/packed.py): up to K examples per row, each attending only to itself, one
-prediction per example read at its own [CLS], [B, K, ...].
+prediction per example read at its own [CLS] (or, with mean pooling, averaged over its own
+tokens: sequence id k + 1 marks slot k's), [B, K, ...].
 
 Every head keeps the encoder under the name "bert", the same subtree as BertForPreTraining,
 so pretrained weights (a bertjax checkpoint or a Hugging Face one, see convert/hf_bert.py)
@@ -47,6 +55,7 @@ def _classifier(features: int, config: BertConfig, name: str) -> nn.Dense:
 
 PACKABLE = (CLASSES, SCORE)  # outputs whose heads also train on packed rows
 PACKING_FEATURES = ("position_ids", "sequence_ids", "cls_positions")
+POOLINGS = ("cls", "mean")  # what a sentence head reads: the pooled [CLS], or the tokens' mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +77,40 @@ HEADS: dict[Output, _Reads] = {  # every output a BERT head makes
 }
 
 
+def check_pooling(pooling: str, output: Output | None = None, bilstm: bool = False) -> None:
+    """`pooling` is one of POOLINGS, and one the head of `output` (with a BiLSTM or not)
+    reads; else one line naming finetune.pooling and the fix."""
+    if pooling not in POOLINGS:
+        raise ValueError(f"finetune.pooling is {pooling!r}: choose one of {', '.join(POOLINGS)}")
+    if pooling == "cls" or output is None:
+        return
+    if not HEADS[output].summary:
+        raise ValueError(f"finetune.pooling = {pooling!r} is for the sentence heads (classify, "
+                         f"regress, choice); the {output.head} head reads every token: set "
+                         "finetune.pooling = 'cls'")
+    if bilstm:
+        raise ValueError(f"finetune.pooling = {pooling!r} reads the encoder's tokens, but with "
+                         "finetune.bilstm the head reads the BiLSTM's max-pool: set "
+                         "finetune.pooling = 'cls' or finetune.bilstm = False")
+
+
+def mean_of_tokens(seq_BxLxE: Array, input_mask_BxL: Array,
+                   sequence_ids_BxL: Array | None = None, num_sequences: int = 0) -> Array:
+    """[B, E]: the mean of each row's real tokens (`input_mask`); for packed rows
+    (`sequence_ids` 1 .. K per token, 0 padding) [B, K, E]: of each example's own tokens, 0
+    for an unused slot. Summed in float32, returned in the sequence's dtype."""
+    if sequence_ids_BxL is None:
+        weights_BxLxK = (input_mask_BxL > 0)[..., None]
+    else:
+        weights_BxLxK = sequence_ids_BxL[..., None] == jnp.arange(1, num_sequences + 1)
+    weights_BxLxK = weights_BxLxK.astype(jnp.float32)
+    sums_BxKxE = jnp.einsum("blk,ble->bke", weights_BxLxK, seq_BxLxE.astype(jnp.float32),
+                            precision=jax.lax.Precision.HIGHEST)
+    counts_BxK = jnp.maximum(weights_BxLxK.sum(1), 1.0)
+    mean_BxKxE = (sums_BxKxE / counts_BxK[..., None]).astype(seq_BxLxE.dtype)
+    return mean_BxKxE[:, 0] if sequence_ids_BxL is None else mean_BxKxE
+
+
 class BertHead(nn.Module):
     """Encoder + the head of one `output` (one of HEADS' keys).
 
@@ -75,12 +118,15 @@ class BertHead(nn.Module):
     (one sequence per choice), [CLS] -> one score per choice, [B, K];  WORD_CLASSES: every
     token -> num_labels logits;  SPANS: every token -> start and end logits (extractive QA).
     `bilstm` > 0 puts a BiLSTM of that size per direction between the encoder and the head.
+    `pooling="mean"`: the sentence heads read the mean of the tokens instead of [CLS] (see the
+    module docstring; check_pooling says which heads take it).
     """
 
     config: BertConfig
     output: Output
     num_labels: int = 2
     bilstm: int = 0
+    pooling: str = "cls"  # one of POOLINGS
 
     @nn.compact
     def __call__(
@@ -97,16 +143,24 @@ class BertHead(nn.Module):
         shape = input_ids.shape  # [B, L], or [B, K, L] for choice
         flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731
         packing = packing or {}
+        mean = reads.summary and self.pooling == "mean"
         outputs = BertModel(self.config, name="bert")(
             flat(input_ids), flat(segment_ids), flat(input_mask), packing.get("position_ids"),
-            deterministic=deterministic, summary_only=reads.summary and not self.bilstm,
+            deterministic=deterministic,
+            summary_only=reads.summary and not self.bilstm and not mean,
             sequence_ids=packing.get("sequence_ids"), cls_positions=packing.get("cls_positions"),
         )
         dropout = Dropout(self.config.transformer.dropout_rate)
         if self.bilstm:
             outputs = self._bilstm(outputs["sequence_output"], flat(input_mask), dropout,
                                    deterministic)
-        x = outputs["pooled_output" if reads.summary else "sequence_output"]
+        if mean:  # [B, E], or [B, K, E] for packed rows
+            cls_positions = packing.get("cls_positions")
+            x = mean_of_tokens(outputs["sequence_output"], flat(input_mask),
+                               packing.get("sequence_ids"),
+                               0 if cls_positions is None else cls_positions.shape[-1])
+        else:
+            x = outputs["pooled_output" if reads.summary else "sequence_output"]
         if reads.dropout:
             x = dropout(x, deterministic=deterministic)
         width = self.num_labels if reads.labelled else (2 if self.output is SPANS else 1)
@@ -133,15 +187,17 @@ class BertHead(nn.Module):
 
 
 def bert_finetuning(config: BertConfig, output: Output, num_labels: int = 2,
-                    num_choices: int = 4, bilstm: int = 0, packed_sequences: int = 0
-                    ) -> Objective:
+                    num_choices: int = 4, bilstm: int = 0, packed_sequences: int = 0,
+                    pooling: str = "cls") -> Objective:
     """The objective of a BERT head for `output` for the shared training loop: init, loss and
-    batch shapes. `packed_sequences=K`: training batches are packed rows of up to K examples.
-    Its name, `bert_<output.head>`, is what the run's record keeps (training/workdir.py)."""
+    batch shapes. `packed_sequences=K`: training batches are packed rows of up to K examples;
+    `pooling`: what a sentence head reads (POOLINGS). Its name, `bert_<output.head>`, is what
+    the run's record keeps (training/workdir.py); task.json keeps the pooling."""
     if output not in HEADS:
         raise ValueError(f"BERT has no head for {output.name}: its heads make "
                          f"{', '.join(o.name for o in HEADS)}")
-    model = BertHead(config, output, num_labels, bilstm)
+    check_pooling(pooling, output, bool(bilstm))
+    model = BertHead(config, output, num_labels, bilstm, pooling)
     K = packed_sequences
 
     init_variables = init_from_batch(model, "input_ids", "segment_ids", "input_mask")
