@@ -61,6 +61,7 @@ class TokenArray:
         if isinstance(key, int | np.integer):
             return self[np.array([key])][0]
         positions = np.asarray(key)
+        positions = np.where(positions < 0, positions + self.size, positions)  # numpy's rule
         if len(self.parts) == 1:
             return self.parts[0][positions].astype(np.int32)
         out = np.empty(positions.shape, np.int32)

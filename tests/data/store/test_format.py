@@ -78,7 +78,7 @@ def test_token_array_reads_across_shards_as_int32():
     assert tokens.size == len(tokens) == 12
     for key in (slice(0, 12), slice(3, 9), slice(4, 7), slice(11, 30), slice(7, 3)):
         assert tokens[key].dtype == np.int32 and np.array_equal(tokens[key], whole[key])
-    where = np.array([[11, 0, 5], [4, 6, 5]])
+    where = np.array([[11, 0, 5], [4, 6, -1]])
     assert tokens[where].dtype == np.int32 and np.array_equal(tokens[where], whole[where])
 
 
