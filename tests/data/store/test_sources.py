@@ -27,17 +27,22 @@ CASES = {
     "gpt": ("gpt", {}, "bert"),
     "elmo-sentence": ("elmo", {"mode": "sentence"}, "bert"),
     "elmo-stream": ("elmo", {"mode": "stream"}, "bert"),
+    # settings a store records (built with them) and settings only the run chooses
+    "bert-cased": ("bert", {"lower_case": False}, "bert"),
+    "elmo-whitespace-short-chars": ("elmo", {"tokenizer": "whitespace", "max_chars": 12},
+                                    "bert"),
 }
+STORE_SETTINGS = ("lower_case", "tokenizer")  # passed to the build as well
 _STORES: dict = {}
 
 
-def store_of(family, corpus_format, wiki_slice, vocab, tmp_path_factory):
-    """A store of `wiki_slice` (built once per family and format)."""
-    key = (family, corpus_format)
+def store_of(family, corpus_format, wiki_slice, vocab, tmp_path_factory, **settings):
+    """A store of `wiki_slice` (built once per family, format and settings)."""
+    key = (family, corpus_format, tuple(sorted(settings.items())))
     if key not in _STORES:
         out = tmp_path_factory.mktemp(f"{family}-{corpus_format}") / "store"
         build_lib.build(family, str(wiki_slice), str(vocab), out, corpus_format=corpus_format,
-                        shard_chars=SHARD_CHARS)
+                        shard_chars=SHARD_CHARS, **settings)
         _STORES[key] = out
     return _STORES[key]
 
@@ -48,7 +53,8 @@ def pair(request, wiki_slice, learned_vocab, tmp_path_factory, tmp_path):
     family, settings, corpus_format = CASES[request.param]
     cls = FAMILIES[family][0]
     vocab = learned_vocab(family)
-    store = store_of(family, corpus_format, wiki_slice, vocab, tmp_path_factory)
+    recorded = {k: v for k, v in settings.items() if k in STORE_SETTINGS}
+    store = store_of(family, corpus_format, wiki_slice, vocab, tmp_path_factory, **recorded)
     memory = cls(corpus=str(wiki_slice), corpus_format=corpus_format, vocab=str(vocab), seed=3,
                  **settings)
     memory.prepare(tmp_path / "memory")
