@@ -127,8 +127,9 @@ def test_ctrl_c_and_kill_9_mid_build_then_the_rerun_finishes_the_same_store(wiki
         process.send_signal(stop)
         _, stderr = process.communicate(timeout=120)
         if stop == signal.SIGINT:
-            assert process.returncode == 130 and stderr.strip().endswith(
-                "bertjax-prepare: interrupted"), stderr[-2000:]
+            # the line alone: the workers print nothing (TensorFlow's start-up lines included)
+            assert process.returncode == 130, stderr[-2000:]
+            assert stderr.strip() == "bertjax-prepare: interrupted", stderr[-2000:]
         assert not (out / MANIFEST).exists()
         kept = json.loads((out / PROGRESS).read_text())["shards"]
         assert len(kept) >= listed
