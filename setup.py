@@ -77,6 +77,7 @@ setup(
             "bertjax-report=bertjax.cli.report:run",
             "bertjax-export=bertjax.cli.export:run",
             "bertjax-glue=bertjax.cli.glue:run",
+            "bertjax-prepare=bertjax.cli.prepare:run",
         ]
     },
 )

@@ -62,6 +62,8 @@ CLAIMS = (
           (), ("--quick",)),
     Claim("packing", "packed against unpacked BERT pretraining on real text (real tokens/s)",
           (), ("--quick",)),
+    Claim("token_store", "a run's start-up and peak memory on a token store vs on text (10, "
+          "100 MB), and the store's build speed", (), ("--quick",)),
 )
 
 

@@ -1,5 +1,5 @@
 """Command-line entry points: one module per tool (train, finetune, glue, compile, export,
-embed, generate, report), each flags, gin and one library call; runner.py holds what they
+embed, generate, report, prepare), each flags, gin and one library call; runner.py holds what they
 share (--help, flag parsing, one-line errors).
 
 A tool's process is set up before JAX or TensorFlow start (cli/process.py: JAX's backend,

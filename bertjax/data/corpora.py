@@ -141,6 +141,30 @@ def _blocks(lines: Iterable[str]) -> Iterator[list[str]]:
         yield block
 
 
+def iter_documents(
+    paths: str | os.PathLike | Sequence[str | os.PathLike], fmt: str = "bert"
+) -> Iterator[list[str]]:
+    """`read_documents`, streamed: one document at a time, so a corpus of any size can be
+    read in a bounded memory (the token store's build reads it so)."""
+    if fmt not in FORMATS:
+        raise CorpusError(f"corpus format {fmt!r} is not one of {FORMATS}; fix the format setting")
+    files = resolve_paths(paths)
+    if not files:
+        raise CorpusError("no corpus paths given; set the corpus setting")
+    found = False
+    for path in files:
+        for block in _blocks(_read_lines(path)):
+            document = block if fmt == "bert" else split_sentences(" ".join(block))
+            if document:
+                found = True
+                yield document
+    if not found:
+        names = ", ".join(str(p) for p in files[:3]) + (", ..." if len(files) > 3 else "")
+        raise CorpusError(
+            f"corpus is empty: no sentences in {names}; fix the corpus setting"
+        )
+
+
 def read_documents(
     paths: str | os.PathLike | Sequence[str | os.PathLike], fmt: str = "bert"
 ) -> list[list[str]]:
@@ -149,23 +173,7 @@ def read_documents(
     fmt="bert": one sentence per line, blank line between documents (google-research/bert).
     fmt="plain": blank lines separate documents; lines are joined and split into sentences.
     """
-    if fmt not in FORMATS:
-        raise CorpusError(f"corpus format {fmt!r} is not one of {FORMATS}; fix the format setting")
-    files = resolve_paths(paths)
-    if not files:
-        raise CorpusError("no corpus paths given; set the corpus setting")
-    documents: list[list[str]] = []
-    for path in files:
-        for block in _blocks(_read_lines(path)):
-            document = block if fmt == "bert" else split_sentences(" ".join(block))
-            if document:
-                documents.append(document)
-    if not documents:
-        names = ", ".join(str(p) for p in files[:3]) + (", ..." if len(files) > 3 else "")
-        raise CorpusError(
-            f"corpus is empty: no sentences in {names}; fix the corpus setting"
-        )
-    return documents
+    return list(iter_documents(paths, fmt))
 
 
 def write_bert_format(documents: Iterable[Sequence[str]], path: str | os.PathLike) -> None:

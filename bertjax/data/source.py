@@ -17,8 +17,11 @@ A family's source (`pipeline.BertPretrainingSource`, `lm.LmPretrainingSource`,
 
 Corpora: "stdlib" (offline: the Python standard library's documentation; "stdlib:held_out" its
 documents held out of training), comma-separated
-files, directories or globs (google-research/bert's format or plain text), or
-"tfds:NAME[:SPLIT]", of which each host reads its own share.
+files, directories or globs (google-research/bert's format or plain text),
+"tfds:NAME[:SPLIT]", of which each host reads its own share, or "store:PATH", a token store
+(`bertjax.data.store`, built once by bertjax-prepare): `prepare` then opens its memory-mapped
+ids and reads no text and tokenizes nothing; the vocabulary is the store's own (a given one
+must be the same files), and the examples are those of the corpus it was built from.
 
 Vocabulary: "learn" (from the corpus, capped at `vocab_size`; a resumed run finds the files in
 its workdir and reuses them; a multi-host run refuses, since each host reads other documents)
@@ -43,7 +46,7 @@ import pathlib
 import re
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -52,9 +55,14 @@ import tensorflow as tf
 
 from bertjax import files
 from bertjax.data import corpora
+from bertjax.data.store.format import Chunk, StoreError, vocabulary_digest
+
+if TYPE_CHECKING:
+    from bertjax.data.store.reader import TokenStore
 
 Example = dict[str, np.ndarray]
 FeatureSpec = dict[str, tuple[tuple[int, ...], type]]
+STORE_PREFIX = "store:"  # corpus "store:PATH": a token store built by bertjax-prepare
 _SPLIT = re.compile(r"^train(?:\[(\d+):\])?$")
 
 
@@ -74,6 +82,21 @@ def load_documents(corpus: str, corpus_format: str = "bert", text_key: str = "te
             split = f"{split}[{jax.process_index()}shard]"  # each host reads its own documents
         return list(corpora.tfds_documents(name, split, text_key))
     return corpora.read_documents([p for p in corpus.split(",") if p], corpus_format)
+
+
+def stream_documents(corpus: str, corpus_format: str = "bert", text_key: str = "text"
+                     ) -> Iterator[list[str]]:
+    """The documents of `load_documents`, one at a time (a TFDS corpus: its whole split, on
+    one host), for readers that must not hold a whole corpus: the token store's build."""
+    if corpus == "stdlib" or corpus.startswith("stdlib:"):
+        return iter(corpora.stdlib_documents(corpus.partition(":")[2] or "train"))
+    if corpus.startswith("tfds:"):
+        name, _, split = corpus[len("tfds:"):].partition(":")
+        return corpora.tfds_documents(name, split or "train", text_key)
+    if corpus.startswith(STORE_PREFIX):
+        raise corpora.CorpusError(f"{corpus} is a token store, not text: give the corpus it "
+                                  "was built from")
+    return corpora.iter_documents([p for p in corpus.split(",") if p], corpus_format)
 
 
 def parse_split(split: str) -> int:
@@ -192,6 +215,27 @@ class Source:
         """Family options the tokenizer record keeps (e.g. lower_case)."""
         return {}
 
+    # A token store (bertjax.data.store) of this family's ids: `encode_documents` gives what
+    # a shard holds, `from_store` sets the in-memory corpus `examples` reads from an open store.
+    store_family = ""  # "bert" | "gpt" | "elmo": the family a store records
+
+    def store_options(self) -> dict[str, Any]:
+        """The settings that change this family's ids: a store records them, a run matches."""
+        return {}
+
+    def store_id_bound(self) -> int | None:
+        """Every id a store holds is below this (None: no bound known in advance)."""
+        return self.vocab_size
+
+    def encode_documents(self, documents: list[list[str]]) -> Chunk:
+        """The ids of a run of documents (every one kept, even without text), as `encode`
+        would give them, for one shard of a store."""
+        raise NotImplementedError
+
+    def from_store(self, store: TokenStore) -> None:
+        """Set the in-memory corpus `examples` reads from an opened store (no copy of ids)."""
+        raise NotImplementedError
+
     @property
     def documents_per_host(self) -> bool:
         """True when each host reads its own documents (TFDS corpora), so nothing is sharded."""
@@ -208,8 +252,17 @@ class Source:
     def vocab_size(self) -> int:
         return self._vocab().vocab_size
 
+    @property
+    def store_path(self) -> str | None:
+        """The token store the corpus setting names ("store:PATH"), else None."""
+        if self.corpus_name and self.corpus_name.startswith(STORE_PREFIX):
+            return self.corpus_name[len(STORE_PREFIX):]
+        return None
+
     def prepare(self, workdir: str | os.PathLike) -> None:
         """Read the corpus, load or learn the vocabulary and encode; nothing is written."""
+        if self.store_path is not None:
+            return self._prepare_from_store(files.as_path(workdir))
         try:
             documents = self.read_documents()
         except corpora.CorpusError as e:
@@ -222,6 +275,46 @@ class Source:
         self.encode(view)
         logging.info("%s: corpus %s, %d documents, vocabulary of %d", self.setting,
                      self.corpus_name, len(documents), self.vocab_size)
+
+    def _prepare_from_store(self, workdir: files.Path) -> None:
+        """Open the token store, check it holds this family's ids for this run's settings and
+        vocabulary (one line each), and read its vocabulary files."""
+        from bertjax.data.store import reader  # numpy only; imported when a store is used
+
+        path = self.store_path
+        try:
+            store = reader.open_store(path)
+            stored = store.tokenizer_files()
+        except (StoreError, OSError) as e:
+            raise DataError(f"{self.setting}.corpus: {e}") from None
+        manifest = store.manifest
+        if manifest.family != self.store_family:
+            raise DataError(f"{path} holds {manifest.family} ids, not {self.store_family}: "
+                            f"point {self.setting}.corpus at a store built with "
+                            f"bertjax-prepare --family={self.store_family}")
+        for name, value in self.store_options().items():
+            if manifest.options.get(name) != value:
+                raise DataError(f"{path} was built with {name}={manifest.options.get(name)!r} "
+                                f"but {self.setting}.{name} is {value!r}: set it to match, or "
+                                f"rebuild the store with bertjax-prepare")
+        if (self.vocab_spec != "learn"
+                and vocabulary_digest(self._given_files()) != manifest.tokenizer_digest):
+            raise DataError(f"{path} was tokenized with another vocabulary than "
+                            f"{self.setting}.vocab={self.vocab_spec}: set it to 'learn' (the "
+                            "store's own) or to the files the store was built with, or rebuild "
+                            "the store with bertjax-prepare --vocab=" + self.vocab_spec)
+        kept = {role: workdir / name for role, name in self.vocab_files.items()}
+        if all(p.is_file() for p in kept.values()) and vocabulary_digest(
+                {role: files.local_copy(p) for role, p in kept.items()}
+        ) != manifest.tokenizer_digest:
+            raise DataError(f"{workdir} was trained with another vocabulary than the token "
+                            f"store {path} holds: use a new --workdir or that run's corpus")
+        self._files = stored
+        self.vocab = self.load_vocab(stored)
+        self.from_store(store)
+        counts = manifest.counts()
+        logging.info("%s: token store %s, %d documents, %d tokens, vocabulary of %d",
+                     self.setting, path, counts["documents"], counts["tokens"], self.vocab_size)
 
     def _load_or_learn(self, workdir: files.Path, view: Sequence) -> None:
         kept = {role: workdir / name for role, name in self.vocab_files.items()}
@@ -249,6 +342,13 @@ class Source:
             self.learn_vocab(view, self.max_vocab_size, staging)
             self._files = {role: staging / name for role, name in self.vocab_files.items()}
         self.vocab = self.load_vocab(self._files)
+
+    def use_given_vocab(self) -> dict[str, pathlib.Path]:
+        """Load the given vocabulary files (the vocab setting), without a workdir, for tools
+        that tokenize with a run's vocabulary (bertjax-prepare); {role: local path} of them."""
+        self._files = self._given_files()
+        self.vocab = self.load_vocab(self._files)
+        return dict(self._files)
 
     def _given_files(self) -> dict[str, pathlib.Path]:
         """Given files (local or gs://): a directory holding them, or their comma-separated

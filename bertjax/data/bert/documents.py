@@ -32,6 +32,15 @@ def tokenize_documents(
     group_sizes: Sequence[int] | None = None,
 ) -> Corpus:
     """Token ids of every sentence, computed in a tf.data pipeline, as one flat Corpus."""
+    tokens, lengths = encode_sentences(documents, vocab, batch_size)
+    return Corpus.from_arrays(tokens, lengths, np.array([len(doc) for doc in documents], np.int64),
+                              group_sizes)
+
+
+def encode_sentences(documents: Sequence[Sequence[str]], vocab: WordPieceVocabulary,
+                     batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """(every sentence's ids, flat int32; tokens per sentence, int64), empty sentences kept:
+    what `tokenize_documents` builds its Corpus of, and what a token store's shard holds."""
     sentences = [s for doc in documents for s in doc]
 
     @tf.autograph.experimental.do_not_convert  # plain TF ops: nothing to convert
@@ -45,8 +54,7 @@ def tokenize_documents(
     for flat, row_lengths in dataset.as_numpy_iterator():
         tokens.append(flat.astype(np.int32))
         lengths.append(row_lengths.astype(np.int64))
-    return Corpus.from_arrays(np.concatenate(tokens), np.concatenate(lengths),
-                              np.array([len(doc) for doc in documents], np.int64), group_sizes)
+    return np.concatenate(tokens), np.concatenate(lengths)
 
 
 def group_bounds(count: int, groups: int) -> list[int]:

@@ -59,7 +59,7 @@ class Corpus:
                     ) -> Corpus:
         """From flat tokens, tokens per sentence and sentences per document (empties allowed)."""
         corpus = cls.__new__(cls)
-        corpus._build(np.asarray(tokens, np.int32), np.asarray(sentence_lengths, np.int64),
+        corpus._build(_token_ids(tokens), np.asarray(sentence_lengths, np.int64),
                       np.asarray(document_lengths, np.int64), group_sizes)
         return corpus
 
@@ -105,6 +105,14 @@ class Corpus:
     def num_multi_sentence(self) -> int:
         """Documents with at least two sentences: the only sources of IsNext pairs."""
         return int((self.sentences_per_document() >= 2).sum())
+
+
+def _token_ids(tokens: object) -> np.ndarray:
+    """int32 ids: an array (converted), or kept as it is when it already reads as int32 without
+    being one (a token store's memory-mapped `TokenArray`: ids stay on disk until read)."""
+    if not isinstance(tokens, np.ndarray) and getattr(tokens, "dtype", None) == np.int32:
+        return tokens  # type: ignore[return-value]
+    return np.asarray(tokens, np.int32)
 
 
 def check_corpus(corpus: Corpus, nsp: bool) -> None:

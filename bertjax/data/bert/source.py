@@ -25,6 +25,7 @@ import numpy as np
 from bertjax.data.bert.documents import (
     ID_FEATURES,
     default_max_predictions,
+    encode_sentences,
     group_bounds,
     read_group,
     tokenize_documents,
@@ -40,12 +41,15 @@ from bertjax.data.bert.instances import (
 from bertjax.data.bert.masking import SpecialIds, continuation_mask
 from bertjax.data.bert.nsp import Corpus, check_corpus
 from bertjax.data.packing import check_per_row
-from bertjax.data.source import DataError, Example, FeatureSpec, Source
+from bertjax.data.source import STORE_PREFIX, DataError, Example, FeatureSpec, Source
+from bertjax.data.store.format import Chunk
 from bertjax.files import as_path
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
 
 if TYPE_CHECKING:
     import seqio
+
+    from bertjax.data.store.reader import TokenStore
 
 S = TypeVar("S")  # a cache settings class (bertjax.data.bert.cache.Settings)
 
@@ -90,6 +94,9 @@ class BertPretrainingSource(Source):
         )
         self.max_predictions = max_predictions_per_seq
         self.cache_dir = cache_dir
+        if cache_dir and corpus.startswith(STORE_PREFIX):
+            raise DataError(f"{self.setting}.cache_dir is built from text, not a token store: "
+                            f"set {self.setting}.corpus to the text, or leave cache_dir empty")
         if cache_dir and masking != "static":
             raise DataError(f"{self.setting}.cache_dir holds static examples: set "
                             f"{self.setting}.masking='static' or leave cache_dir empty")
@@ -135,6 +142,28 @@ class BertPretrainingSource(Source):
 
     def encode(self, view: Sequence) -> None:
         self.corpus = tokenize_documents(view, self.vocab, group_sizes=self._group_sizes)
+        self._check_corpus()
+
+    # ---------------------------------------------------------------- token store
+
+    store_family = "bert"
+
+    def store_options(self) -> dict[str, Any]:
+        return {"lower_case": self.lower_case}
+
+    def encode_documents(self, documents: list[list[str]]) -> Chunk:
+        tokens, lengths = encode_sentences(documents, self.vocab)
+        return Chunk(tokens, lengths, np.array([len(doc) for doc in documents], np.int64))
+
+    def from_store(self, store: TokenStore) -> None:
+        """The corpus of the store's ids (memory-mapped), in the static groups its document
+        count gives, as `read_documents` splits a corpus read whole."""
+        sizes = np.diff(group_bounds(store.num_documents, self.groups)).tolist()
+        self.corpus = Corpus.from_arrays(store.tokens, store.tokens_per_sentence,
+                                         store.sentences_per_document, sizes)
+        self._check_corpus()
+
+    def _check_corpus(self) -> None:
         try:
             check_corpus(self.corpus, self.options["nsp"])
             check_groups(self.corpus, self.options["nsp"])

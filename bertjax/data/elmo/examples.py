@@ -49,15 +49,27 @@ def encode_corpus(
     token_lists: Sequence[Sequence[str]], vocab: ElmoVocabulary, max_chars: int
 ) -> EncodedCorpus:
     """Type ids of every sentence (empty ones dropped), <S> and </S> added."""
+    types, sentences = type_sentences(token_lists)
+    return typed_corpus(types, sentences, vocab, max_chars)
+
+
+def type_sentences(token_lists: Sequence[Sequence[str]]) -> tuple[list[str], list[np.ndarray]]:
+    """(the types in order of first use, <S> and </S> first; each non-empty sentence as type
+    ids inside <S> ... </S>)."""
     index: dict[str, int] = {BOS: 0, EOS: 1}
     sentences = []
     for tokens in token_lists:
         if tokens:
             ids = [0] + [index.setdefault(t, len(index)) for t in tokens] + [1]
             sentences.append(np.asarray(ids, np.int32))
-    types = list(index)
+    return list(index), sentences
+
+
+def typed_corpus(types: Sequence[str], sentences: Sequence[np.ndarray], vocab: ElmoVocabulary,
+                 max_chars: int) -> EncodedCorpus:
+    """The EncodedCorpus of sentences of type ids: each type's word id and character ids."""
     chars = np.stack([word_char_ids(t, max_chars) for t in types]).astype(np.int16)
-    return EncodedCorpus(vocab.token_ids(types), chars, tuple(sentences))
+    return EncodedCorpus(vocab.token_ids(list(types)), chars, tuple(sentences))
 
 
 def sentence_pieces(corpus: EncodedCorpus, seq_length: int) -> list[np.ndarray]:

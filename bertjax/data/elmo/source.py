@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from bertjax.data.elmo.examples import (
     MODES,
@@ -21,9 +23,14 @@ from bertjax.data.elmo.examples import (
     feature_spec,
     iterate_sentences,
     iterate_stream,
+    type_sentences,
+    typed_corpus,
 )
 from bertjax.data.source import Example, FeatureSpec, Source
+from bertjax.data.store.format import Chunk
 from bertjax.tokenizers.elmo_vocab import (
+    BOS,
+    EOS,
     MAX_CHARS,
     TOKENIZERS,
     ElmoVocabulary,
@@ -31,6 +38,9 @@ from bertjax.tokenizers.elmo_vocab import (
     tokenize,
     write_vocab,
 )
+
+if TYPE_CHECKING:
+    from bertjax.data.store.reader import TokenStore
 
 
 class ElmoSource(Source):
@@ -73,6 +83,28 @@ class ElmoSource(Source):
 
     def encode(self, view: Sequence) -> None:
         self.corpus = encode_corpus(view, self.vocab.vocab, self.max_chars)
+
+    # A token store of ELMo holds type ids: the ids of the corpus's own word types, each
+    # shard naming the types it is the first to use, so a run derives word and character ids
+    # of the run's vocabulary and max_chars when it opens the store.
+    store_family = "elmo"
+
+    def store_options(self) -> dict[str, Any]:
+        return {"tokenizer": self.tokenizer}
+
+    def store_id_bound(self) -> int | None:
+        return None  # word types: as many as the corpus has
+
+    def encode_documents(self, documents: list[list[str]]) -> Chunk:
+        per_document = [self.corpus_view([doc]) for doc in documents]
+        types, sentences = type_sentences([s for doc in per_document for s in doc])
+        tokens = np.concatenate([np.zeros(0, np.int32), *sentences])
+        return Chunk(tokens, np.array([len(s) for s in sentences], np.int64),
+                     np.array([len(doc) for doc in per_document], np.int64), types[2:])
+
+    def from_store(self, store: TokenStore) -> None:
+        types = [BOS, EOS, *store.types()]
+        self.corpus = typed_corpus(types, store.sentences(), self.vocab.vocab, self.max_chars)
 
     def tokenizer_options(self) -> dict[str, Any]:
         return {"word_tokenizer": self.tokenizer}

@@ -14,14 +14,21 @@ from at most LEARN_CHARS characters of the corpus, or given) and these packed ex
 corpus's documents are its texts' sentences joined by newlines.
 """
 
+from __future__ import annotations
+
 import pathlib
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bertjax.data.source import DataError, Example, FeatureSpec, Source
+from bertjax.data.store.format import Chunk
 from bertjax.tokenizers.bpe import learn_bpe
 from bertjax.tokenizers.bpe_vocab import ByteLevelBPEVocabulary
+
+if TYPE_CHECKING:
+    from bertjax.data.store.reader import TokenStore
 
 LEARN_CHARS = 200_000_000  # vocabulary learning reads at most this much text
 
@@ -99,6 +106,19 @@ class LmPretrainingSource(Source):
     def encode(self, view: Sequence) -> None:
         bpe = self.vocab.bpe
         self.stream = pack_documents([bpe.encode(t) for t in view], bpe.eos_id)
+
+    # A token store of GPT ids holds the stream itself: each document's ids and its EOS as
+    # the document's one "sentence", so the store's ids in order are `stream`.
+    store_family = "gpt"
+
+    def encode_documents(self, documents: list[list[str]]) -> Chunk:
+        bpe = self.vocab.bpe
+        ids = [bpe.encode(t) for t in self.corpus_view(documents)]
+        lengths = np.array([len(i) + 1 for i in ids], np.int64)
+        return Chunk(pack_documents(ids, bpe.eos_id), lengths, np.ones(len(ids), np.int64))
+
+    def from_store(self, store: TokenStore) -> None:
+        self.stream = store.tokens  # read lazily: slices of the memory maps, as int32
 
     def feature_spec(self, seq_length: int, batch_size: int) -> FeatureSpec:
         return {"input_ids": ((seq_length,), np.int32), "target_ids": ((seq_length,), np.int32),
