@@ -28,6 +28,7 @@ from families_study.config import Study
 
 INITS = ("pretrained", "random")
 APPROACHES = ("finetuned", "features")
+APPROACH_NAMES = {"finetuned": "fine-tuned", "features": "feature-based"}  # in tables, plots
 
 
 @dataclasses.dataclass(frozen=True)

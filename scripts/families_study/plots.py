@@ -18,7 +18,7 @@ import statistics
 from typing import Any
 
 from bertjax.training.metrics import read_metrics
-from families_study.plan import Plan
+from families_study.plan import APPROACH_NAMES, Plan
 
 LOSS_KEYS = {"bert": ("mlm_loss", "loss"), "gpt": ("loss",), "elmo": ("loss",)}
 COLORS = {"elmo": "tab:green", "gpt": "tab:orange", "bert": "tab:blue",
@@ -72,7 +72,7 @@ def plot_learning_curve(rows: list[dict[str, Any]], path: pathlib.Path) -> None:
         ax.set_xticks(sizes, [f"{n:,}" for n in sizes])
         ax.set_xlabel("labelled items")
         ax.set_ylabel("test accuracy")
-        ax.set_title(f"{model}, {approach}", fontsize=10)
+        ax.set_title(f"{model}, {APPROACH_NAMES[approach]}", fontsize=10)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     for ax in list(axes.flat)[len(panels):]:

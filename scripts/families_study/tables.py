@@ -26,12 +26,11 @@ from typing import Any
 
 from bertjax.analysis.report import csv_text, markdown
 from families_study.flops import training_flops
-from families_study.plan import Plan
+from families_study.plan import APPROACH_NAMES, Plan
 from families_study.stats import Paired, paired
 
 CURVE_CSV = ["family", "approach", "labels", "pretrained_mean", "random_mean", "diff_mean",
              "diff_ci_low", "diff_ci_high", "bow_logreg", "bow_nb", "draws"]
-APPROACH_NAMES = {"finetuned": "fine-tuned", "features": "feature-based"}
 VERDICTS = {"better": "pretrained better", "worse": "random better",
             "not shown": "not shown", "one draw": "one draw"}
 
