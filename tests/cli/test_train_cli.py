@@ -165,7 +165,8 @@ def test_help_prints_the_description_and_the_tools_flags(script):
     assert result.stdout.startswith(f"{script}:"), result.stdout[:300]
     assert "USAGE" not in result.stdout
     own_flag = {"bertjax-train": "--workdir", "bertjax-compile": "--jobs",
-                "bertjax-generate": "--prompt", "bertjax-embed": "--input",
+                "bertjax-prepare": "--workers", "bertjax-generate": "--prompt",
+                "bertjax-embed": "--input",
                 "bertjax-finetune": "--init", "bertjax-fill-mask": "--checkpoint",
                 "bertjax-report": "--out", "bertjax-export": "--format",
                 "bertjax-glue": "--glue_dir"}
