@@ -34,6 +34,7 @@ from bertjax.models import elmo as elmo_model
 from bertjax.models import gpt as gpt_model
 from bertjax.models.bert import BertModel
 from bertjax.tokenizers.elmo_vocab import tokenize
+from bertjax.training import families
 
 BATCH = 64
 
@@ -109,35 +110,43 @@ def _elmo_features(model: Any, texts: Sequence[str], max_length: int) -> np.ndar
     return np.stack([layers.mean(axis=1) for layers in embedder.embed(words)])
 
 
-FEATURES: dict[str, Callable[[Any, Sequence[str], int], np.ndarray]] = {
-    "bert": _bert_features, "gpt": _gpt_features, "elmo": _elmo_features}
+# The family's base model freshly initialised (what a run with no pretraining starts from):
+# BERT's encoder, GPT's LM, ELMo's biLM.
+def _bert_random(config: Any, key: jax.Array) -> Any:
+    return nn.unbox(BertModel(config).init(key, jnp.zeros((1, 2), jnp.int32))["params"])
+
+
+def _gpt_random(config: Any, key: jax.Array) -> Any:
+    return nn.unbox(gpt_model.GptLM(config).init(key, jnp.zeros((1, 2), jnp.int32))["params"])
+
+
+def _elmo_random(config: Any, key: jax.Array) -> Any:
+    ids, chars = jnp.zeros((1, 2), jnp.int32), jnp.zeros((1, 2, config.max_chars), jnp.int32)
+    return nn.unbox(elmo_model.ElmoBiLM(config).init(key, ids, chars, jnp.array([2]))["params"])
+
+
+for _family, _features, _random in (("bert", _bert_features, _bert_random),
+                                    ("gpt", _gpt_features, _gpt_random),
+                                    ("elmo", _elmo_features, _elmo_random)):
+    families.provide(_family, "features", _features)
+    families.provide(_family, "random_params", _random)
 
 
 def layer_features(model: Any, texts: Sequence[str], max_length: int = 64) -> np.ndarray:
     """[N, K, E]: each text's tokens averaged at every layer of `model` (a
     bertjax.finetune.pretrained.Pretrained of any family), static layer first."""
-    if model.family not in FEATURES:
+    found = families.pieces("features")
+    if model.family not in found:
         raise ValueError(f"no features for family {model.family!r}: choose one of "
-                         f"{', '.join(FEATURES)}")
+                         f"{', '.join(found)}")
     if not texts:
         raise ValueError("no texts to embed: give one or more")
-    return FEATURES[model.family](model, texts, max_length)
-
-
-def _random_params(family: str, config: Any, key: jax.Array) -> Any:
-    """The family's base model freshly initialised (what a run with no pretraining starts
-    from): BERT's encoder, GPT's LM, ELMo's biLM."""
-    ids = jnp.zeros((1, 2), jnp.int32)
-    if family == "bert":
-        return nn.unbox(BertModel(config).init(key, ids)["params"])
-    if family == "gpt":
-        return nn.unbox(gpt_model.GptLM(config).init(key, ids)["params"])
-    chars = jnp.zeros((1, 2, config.max_chars), jnp.int32)
-    return nn.unbox(elmo_model.ElmoBiLM(config).init(key, ids, chars, jnp.array([2]))["params"])
+    return found[model.family](model, texts, max_length)
 
 
 def random_twin(model: Any, seed: int) -> Any:
     """`model` with its parameters replaced by a fresh initialisation from `seed`: the same
     architecture and tokenizer, no pretraining (the papers' "without pre-training" rows)."""
-    params = _random_params(model.family, model.config, jax.random.key(seed))
+    random_params = families.piece(model.family, "random_params")
+    params = random_params(model.config, jax.random.key(seed))
     return dataclasses.replace(model, params=params, source=f"{model.source} (random, seed {seed})")

@@ -41,6 +41,7 @@ from bertjax.models.bert import BertForPreTraining
 from bertjax.models.elmo import ElmoBiLM
 from bertjax.objectives.bilm import sentence_targets
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, sentence_char_ids, tokenize
+from bertjax.training import families
 
 UNIGRAM_TOKENS = 2_000_000  # training tokens counted for the unigram model, at most
 BATCH = 32  # rows (BERT instances, GPT windows, ELMo sentences) per held-out batch
@@ -83,6 +84,7 @@ def _sentences(corpus: str) -> Iterator[str]:
     return (s for document in load_documents(corpus) for s in document)
 
 
+@families.provides("bert", "held_out")
 def _bert(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
     filler = MaskFiller.from_workdir(workdir)
     model = BertForPreTraining(filler.config)
@@ -121,6 +123,7 @@ def _stream(bpe: Any, documents: Iterable[list[str]]) -> np.ndarray:
     return np.asarray(ids, np.int32)
 
 
+@families.provides("gpt", "held_out")
 def _gpt(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
     model = load_pretrained(workdir, "gpt")
     lm, params = gpt_model.GptLM(model.config), nn.unbox(model.params)
@@ -151,6 +154,7 @@ def _gpt(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
                         u_acc, u_loss, top)
 
 
+@families.provides("elmo", "held_out")
 def _elmo(workdir: str, heldout: str, train: str, batches: int) -> HeldOutScore:
     embedder = ElmoEmbedder.from_workdir(workdir)
     config, vocab, words = embedder.config, embedder.vocab, embedder.tokenizer
@@ -200,13 +204,11 @@ def held_out(workdir: str, family: str, heldout: str, train: str,
     batches of 32 rows of the corpus `heldout` (BERT instances, GPT windows as long as its
     positions, ELMo sentences), with the unigram model of corpus `train` (corpus settings:
     paths, 'stdlib', ...)."""
-    if family == "bert":
-        return _bert(workdir, heldout, train, batches)
-    if family == "gpt":
-        return _gpt(workdir, heldout, train, batches)
-    if family == "elmo":
-        return _elmo(workdir, heldout, train, batches)
-    raise ValueError(f"no held-out score for family {family!r}: choose bert, gpt or elmo")
+    scorers = families.pieces("held_out")
+    if family not in scorers:
+        raise ValueError(f"no held-out score for family {family!r}: choose "
+                         f"{families.choices('held_out')}")
+    return scorers[family](workdir, heldout, train, batches)
 
 
 __all__: Sequence[str] = ("HeldOutScore", "Unigram", "held_out")

@@ -45,8 +45,10 @@ from bertjax.convert import destination, elmo_hdf5, hf_bert, hf_gpt, hf_tokenize
 from bertjax.finetune.task_record import recorded_head
 from bertjax.models.bert import BertConfig
 from bertjax.models.sizes import FamilyConfig
+from bertjax.training import families
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import resolve, restore_saved_params
+from bertjax.training.families import Refusal
 from bertjax.training.workdir import TASK_RECORD, read_task_record
 from bertjax.typing import Params
 
@@ -82,7 +84,7 @@ class Trained:
 
     @property
     def fine_tuned(self) -> bool:
-        return self.role.kind not in ("pretraining", "ltr_pretraining")
+        return not self.role.pretrains
 
     def tokenizer(self) -> dict[str, Any]:
         """The tokenizer record (files relative to the workdir) of the run."""
@@ -301,6 +303,21 @@ def _write_bilm(trained: Trained, out: pathlib.Path, encoder_only: bool) -> list
     return written
 
 
+# ----------------------------------------------------------------------------- by family
+
+# each family's writer of every --format (an hf builder gives the files' contents, a bilm
+# writer writes them), or a Refusal naming the format it exports to
+families.provide("bert", "export", {
+    "hf": _bert_files,
+    "bilm": Refusal("--format=bilm is ELMo's (bilm-tf) layout: export BERT with --format=hf")})
+families.provide("gpt", "export", {
+    "hf": _gpt_files,
+    "bilm": Refusal("--format=bilm is ELMo's (bilm-tf) layout: export GPT with --format=hf")})
+families.provide("elmo", "export", {
+    "hf": Refusal("ELMo has no transformers counterpart: export it with --format=bilm"),
+    "bilm": _write_bilm})
+
+
 # ----------------------------------------------------------------------------- writing
 
 
@@ -325,11 +342,9 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
     with files.reaching(out):  # a gs:// --out that cannot be reached: one line naming it
         destination.check(out, overwrite, workdir)
     family = record["family"]
-    if (family == "elmo") != (format == "bilm"):
-        fix = ("ELMo has no transformers counterpart: export it with --format=bilm"
-               if family == "elmo" else f"--format=bilm is ELMo's (bilm-tf) layout: export "
-               f"{family.upper()} with --format=hf")
-        raise ExportError(f"{workdir}: {fix}")
+    writer = families.piece(family, "export")[format]
+    if isinstance(writer, Refusal):
+        raise ExportError(f"{workdir}: {writer.reason}")
     trained = load_trained(checkpoint, best)
     with destination.staging(out) as staging:
         try:
@@ -347,14 +362,12 @@ def export(checkpoint: str | os.PathLike, out: str | os.PathLike, format: str = 
 
 def _write(trained: Trained, staging: pathlib.Path, format: str, family: str, dtype: str,
            encoder_only: bool) -> tuple[str, list[str]]:
-    """Write the export's files into `staging`; (the model it holds, the file names)."""
+    """Write the export's files into `staging` with `family`'s writer of `format` (one that
+    export() found is not a Refusal); (the model it holds, the file names)."""
+    writer = families.piece(family, "export")[format]
     if format == "bilm":
-        return "bilm-tf biLM", _write_bilm(trained, staging, encoder_only)
-    builders = {"bert": _bert_files, "gpt": _gpt_files}  # transformers' layout, by family
-    if family not in builders:
-        raise ExportError(f"{trained.workdir} holds a {family} model, which has no "
-                          "transformers layout: export it with --format=bilm or not at all")
-    model, tensors, config_json, write_tokenizer = builders[family](trained, encoder_only)
+        return "bilm-tf biLM", writer(trained, staging, encoder_only)
+    model, tensors, config_json, write_tokenizer = writer(trained, encoder_only)
     config_json["dtype"] = dtype
     save_file(_cast(tensors, dtype), staging / "model.safetensors", metadata={"format": "pt"})
     (staging / "config.json").write_text(json.dumps(config_json, indent=2) + "\n",

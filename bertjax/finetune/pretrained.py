@@ -28,6 +28,7 @@ from bertjax.tokenizers.bpe import ByteLevelBPE
 from bertjax.tokenizers.elmo_vocab import ElmoVocabulary
 from bertjax.tokenizers.openai_bpe import OpenAIGptBPE
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+from bertjax.training import families
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import NoReadableCheckpointError, load_trained
 from bertjax.typing import Params
@@ -59,6 +60,7 @@ def _bert_encoder_shapes(config: BertConfig) -> Params:
     return {"bert": nn.unbox(jax.eval_shape(init)["params"])}
 
 
+@families.provides("bert", "loader")
 def _bert_workdir(path: os.PathLike) -> Pretrained:
     trained = load_trained(path, "bert", TOOL, _bert_encoder_shapes)
     vocab = WordPieceVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record,
@@ -67,6 +69,7 @@ def _bert_workdir(path: os.PathLike) -> Pretrained:
     return Pretrained("bert", trained.config, trained.params["bert"], vocab, str(path))
 
 
+@families.provides("gpt", "loader")
 def _gpt_workdir(path: os.PathLike) -> Pretrained:
     trained = load_trained(path, "gpt", TOOL, gpt_model.abstract_params, remat=False)
     files = [workdir_lib.tokenizer_file(trained.workdir, trained.record, role)
@@ -75,6 +78,7 @@ def _gpt_workdir(path: os.PathLike) -> Pretrained:
                       str(path))
 
 
+@families.provides("elmo", "loader")
 def _elmo_workdir(path: os.PathLike) -> Pretrained:
     trained = load_trained(path, "elmo", TOOL, elmo_model.abstract_params)
     vocab = ElmoVocabulary(workdir_lib.tokenizer_file(trained.workdir, trained.record, "vocab"))
@@ -82,16 +86,13 @@ def _elmo_workdir(path: os.PathLike) -> Pretrained:
     return Pretrained("elmo", trained.config, trained.params, vocab, str(path), words)
 
 
-WORKDIR_LOADERS = {"bert": _bert_workdir, "gpt": _gpt_workdir, "elmo": _elmo_workdir}
-
-
 def _from_workdir(path: os.PathLike, family: str) -> Pretrained:
     """A bertjax workdir's model: its record names a family (one of workdir_lib.FAMILIES,
-    each with its loader here), which must be `family`."""
+    each with its registered loader here), which must be `family`."""
     found = workdir_lib.read_record(path)["family"]
     _check_family(found, family, path)
     try:
-        return WORKDIR_LOADERS[found](path)
+        return families.piece(found, "loader")(path)
     except NoReadableCheckpointError as err:  # the --init is at fault, not a --workdir
         raise InitError(f"--init={path} has no readable checkpoint ({err.directory}: "
                         f"{err.detail}): pass another --init, or restore that run's "

@@ -1,6 +1,7 @@
 """A fine-tuning recipe: the family, the task type and the hyper-parameters (gin: `finetune`).
 
-A recipe starts from its family's paper values, `PAPER_DEFAULTS` below: the one source of
+A recipe starts from its family's paper values, the `PAPER` of its family's recipe class below
+(each registered as its family's "recipe", bertjax.training.families): the one source of
 them, for the Python API (`Recipe("gpt", "classification")` is GPT's recipe) and for the gin
 recipes in configs/finetune/, which bind only what a task changes (tests/finetune/
 test_recipes.py compares both with the papers' tables):
@@ -26,25 +27,15 @@ bertjax.finetune.families; `bertjax.finetune.run` looks both up before it reads 
 
 import dataclasses
 import typing
-from typing import Any
+from typing import Any, ClassVar
 
 from bertjax.data.packing import check_per_row
 from bertjax.finetune.heads.bert import check_pooling
+from bertjax.training import families
 from bertjax.training.optim import OPTIMIZERS
 
 _TRANSFORMER = dict(approach="fine_tune", batch_size=32, epochs=3.0, weight_decay=0.01,
                     dropout=0.1, max_seq_length=128)
-# family: the settings a recipe of that family starts from (None in a Recipe field: this)
-PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "bert": dict(_TRANSFORMER, learning_rate=5e-5, warmup_fraction=0.1, adam_epsilon=1e-6,
-                 optimizer="bert_adam", lstm_size=768, lstm_layers=1),
-    "gpt": dict(_TRANSFORMER, learning_rate=6.25e-5, warmup_fraction=0.002,
-                adam_epsilon=1e-8, optimizer="adamw"),
-    "elmo": dict(approach="features", learning_rate=1e-3, batch_size=32, epochs=10.0,
-                 warmup_fraction=0.02, weight_decay=0.0, adam_epsilon=1e-8, optimizer="adamw",
-                 dropout=0.2, max_seq_length=64, lstm_size=256, lstm_layers=1,
-                 word_embed_dim=100),
-}
 # (family, task type): where that paper's task recipe departs from its family's
 TASK_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("bert", "qa"): dict(max_seq_length=384),  # run_squad.py's windows (SQuAD 1.1, 4.2)
@@ -57,7 +48,7 @@ TASK_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
 
 def paper_defaults(family: str, task: str) -> dict[str, Any]:
     """The settings a `family` recipe for `task` starts from (see the module docstring)."""
-    return {**PAPER_DEFAULTS[family], **TASK_DEFAULTS.get((family, task), {})}
+    return {**families.piece(family, "recipe").PAPER, **TASK_DEFAULTS.get((family, task), {})}
 
 
 def _validate(recipe: "Recipe") -> None:
@@ -81,6 +72,9 @@ class Recipe:
     settings of every family. `Recipe(family, task, **settings)` builds the family's own
     recipe (BertRecipe, GptRecipe, ElmoRecipe), which adds that family's settings; a setting
     of another family is refused in one line."""
+
+    # the settings a recipe of the family starts from (None in a field below: this)
+    PAPER: ClassVar[dict[str, Any]] = {}
 
     family: str
     task: str
@@ -123,19 +117,20 @@ class Recipe:
         if cls is not Recipe:  # a family's recipe (dataclasses.replace, pickling)
             return super().__new__(cls)
         family = args[0] if args else settings.get("family")
-        if family not in RECIPES:
+        recipes = families.pieces("recipe")
+        if family not in recipes:
             raise ValueError(f"finetune.family is {family!r}: choose one of "
-                             f"{', '.join(RECIPES)}")
-        own = {f.name for f in dataclasses.fields(RECIPES[family])}
+                             f"{', '.join(recipes)}")
+        own = {f.name for f in dataclasses.fields(recipes[family])}
         for name in settings:
             if name not in own:
-                owners = [f for f, c in RECIPES.items()
+                owners = [f for f, c in recipes.items()
                           if name in {x.name for x in dataclasses.fields(c)}]
                 where = (f"a {' and '.join(o.upper() for o in owners)} setting" if owners
                          else "no recipe's setting")
                 raise ValueError(f"finetune.{name} is {where}; this recipe fine-tunes "
                                  f"{family.upper()}: drop it, or choose a recipe of that family")
-        return super().__new__(RECIPES[family])
+        return super().__new__(recipes[family])
 
     def __post_init__(self) -> None:
         for name, value in paper_defaults(self.family, self.task).items():
@@ -150,9 +145,14 @@ class Recipe:
 SHORTEST_EXAMPLE = 2  # tokens of BERT's shortest encoded example: [CLS] [SEP] of an empty text
 
 
+@families.provides("bert", "recipe")
 @dataclasses.dataclass(frozen=True)
 class BertRecipe(Recipe):
     """BERT's own settings (section 4; Table 5's BiLSTM; Table 7's features)."""
+
+    PAPER: ClassVar[dict[str, Any]] = dict(
+        _TRANSFORMER, learning_rate=5e-5, warmup_fraction=0.1, adam_epsilon=1e-6,
+        optimizer="bert_adam", lstm_size=768, lstm_layers=1)
 
     # batches of rows of similar length, padded to at most this many lengths (multiples of
     # max(32, max_seq_length / length_buckets)); 1 pads every batch to max_seq_length. Sets at
@@ -186,9 +186,14 @@ class BertRecipe(Recipe):
                       SHORTEST_EXAMPLE, "examples (each at least [CLS] [SEP])")
 
 
+@families.provides("gpt", "recipe")
 @dataclasses.dataclass(frozen=True)
 class GptRecipe(Recipe):
     """GPT's own settings (section 3.2 and 3.3)."""
+
+    PAPER: ClassVar[dict[str, Any]] = dict(
+        _TRANSFORMER, learning_rate=6.25e-5, warmup_fraction=0.002, adam_epsilon=1e-8,
+        optimizer="adamw")
 
     # the auxiliary LM loss weight lambda (L3 = L2 + lambda L1), and how a text pair becomes
     # sequences: "entailment" (a $ b) or "similarity" (both orders, added)
@@ -196,9 +201,15 @@ class GptRecipe(Recipe):
     pair_transformation: str = "entailment"
 
 
+@families.provides("elmo", "recipe")
 @dataclasses.dataclass(frozen=True)
 class ElmoRecipe(Recipe):
     """ELMo's own settings: the task model around the frozen biLM (sections 3.3, 5.1, 5.2)."""
+
+    PAPER: ClassVar[dict[str, Any]] = dict(
+        approach="features", learning_rate=1e-3, batch_size=32, epochs=10.0,
+        warmup_fraction=0.02, weight_decay=0.0, adam_epsilon=1e-8, optimizer="adamw",
+        dropout=0.2, max_seq_length=64, lstm_size=256, lstm_layers=1, word_embed_dim=100)
 
     # the task BiLSTM's width per direction and layers
     lstm_size: int | None = None
@@ -224,15 +235,13 @@ class ElmoRecipe(Recipe):
                              "probability in [0, 1)")
 
 
-RECIPES: dict[str, type[Recipe]] = {"bert": BertRecipe, "gpt": GptRecipe, "elmo": ElmoRecipe}
-
-
 def setting_types() -> dict[str, Any]:
     """{setting: its type} of every family's recipe: what gin checks the values that
     `finetune`'s **settings receive against (bertjax.cli.gin_utils.check_types)."""
     found: dict[str, Any] = {}
-    for recipe in RECIPES.values():
-        found.update(typing.get_type_hints(recipe))
+    for recipe in families.pieces("recipe").values():
+        hints = typing.get_type_hints(recipe)
+        found.update((f.name, hints[f.name]) for f in dataclasses.fields(recipe))
     return found
 
 

@@ -42,12 +42,36 @@ if TYPE_CHECKING:  # the record stays readable without importing flax
 RECORD = "model.json"
 TASK_RECORD = "task.json"  # a fine-tuning run's task, labels, tokenizer (task_record.py)
 FORMAT = 1
-FAMILIES = ("bert", "gpt", "elmo")
 # A fine-tuned head's name in an objective ("bert_classify", "elmo_pair_regress", ...):
 # classes, a score, a choice among endings, a class per word, an answer span.
 HEADS = ("classify", "regress", "choice", "tag", "span")
-FAMILY_HEADS = {"bert": HEADS, "elmo": ("classify", "regress", "tag")}  # pair_*: ELMo only
 GPT_TRANSFORMATIONS = ("classification", "entailment", "similarity", "multiple_choice")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordNames:
+    """The objective names a family's runs record, after "<family>_", by what they train:
+    `pretraining` (each read as the Role of that kind: "pretraining", "ltr_pretraining"; every
+    name ends in "pretraining"), fine-tuned `heads` (and `pair_heads`, "pair_<head>": ELMo's
+    two-sentence task model), "features_<layers>" when `features` (BERT's feature-based
+    tagger) and GPT's input `transformations`."""
+
+    pretraining: tuple[str, ...] = ("pretraining",)
+    heads: tuple[str, ...] = ()
+    pair_heads: tuple[str, ...] = ()
+    features: bool = False
+    transformations: tuple[str, ...] = ()
+
+
+# Every family's record names: a file format (a new family or objective adds names here,
+# never reuses one); bertjax.training.families registers each family's pieces against them.
+RECORD_NAMES = {
+    "bert": RecordNames(pretraining=("pretraining", "ltr_pretraining"), heads=HEADS,
+                        features=True),
+    "gpt": RecordNames(transformations=GPT_TRANSFORMATIONS),
+    "elmo": RecordNames(heads=("classify", "regress", "tag"), pair_heads=("classify", "regress")),
+}
+FAMILIES = tuple(RECORD_NAMES)
 
 
 class RecordError(ValueError):
@@ -58,31 +82,39 @@ class RecordError(ValueError):
 class Role:
     """What a run trains, as its objective's name records it.
 
-    kind: "pretraining" (every family), "ltr_pretraining" (BERT's left-to-right ablation),
-    "head" (a fine-tuned head, `name` one of HEADS; `pair`: ELMo's two-sentence task model),
-    "features" (BERT's feature-based tagger, `name` its layer combination) or
-    "transformation" (GPT fine-tuning, `name` one of GPT_TRANSFORMATIONS)."""
+    kind: "pretraining" (every family) or another of a family's pretraining objectives
+    ("ltr_pretraining", BERT's left-to-right ablation), "head" (a fine-tuned head, `name` one
+    of HEADS; `pair`: ELMo's two-sentence task model), "features" (BERT's feature-based
+    tagger, `name` its layer combination) or "transformation" (GPT fine-tuning, `name` one of
+    GPT_TRANSFORMATIONS)."""
 
     kind: str
     name: str = ""
     pair: bool = False
 
+    @property
+    def pretrains(self) -> bool:
+        """True for a pretraining run (of any pretraining objective), False for a fine-tuned
+        one."""
+        return self.kind.endswith("pretraining")
+
 
 def role(family: str, objective: str) -> Role:
-    """The Role an objective name records; one line naming both when no family has it."""
+    """The Role an objective name records (read from the family's RECORD_NAMES); one line
+    naming both when no family has it."""
+    names = RECORD_NAMES.get(family)
     rest = objective.removeprefix(f"{family}_") if objective.startswith(f"{family}_") else None
-    if rest == "pretraining":
-        return Role("pretraining")
-    if family == "bert" and rest == "ltr_pretraining":
-        return Role("ltr_pretraining")
-    if family == "bert" and rest is not None and rest.startswith("features_"):
-        return Role("features", rest.removeprefix("features_"))
-    if family == "gpt" and rest in GPT_TRANSFORMATIONS:
-        return Role("transformation", rest)
-    pair = family == "elmo" and rest is not None and rest.startswith("pair_")
-    head = rest.removeprefix("pair_") if pair else rest
-    if head in FAMILY_HEADS.get(family, ()) and not (pair and head == "tag"):
-        return Role("head", head, pair)
+    if names is not None and rest is not None:
+        if rest in names.pretraining:
+            return Role(rest)
+        if names.features and rest.startswith("features_"):
+            return Role("features", rest.removeprefix("features_"))
+        if rest in names.transformations:
+            return Role("transformation", rest)
+        if rest in names.heads:
+            return Role("head", rest)
+        if rest.startswith("pair_") and rest.removeprefix("pair_") in names.pair_heads:
+            return Role("head", rest.removeprefix("pair_"), True)
     raise RecordError(f"objective {objective!r} of a {family} run is not one this bertjax "
                       "knows: export or load it with the bertjax version that trained it")
 
