@@ -1,6 +1,7 @@
 """Every gin name bertjax's configs use, registered in one place, at the edge (model and
 training code never import gin). A new family adds its lines here: its config builder, its
-objective and its data source.
+objective and its data source; every `<family>_..._pretraining` objective here is one its family
+declares in workdir.RECORD_NAMES (tests/training/test_families.py checks both ways).
 """
 
 import gin

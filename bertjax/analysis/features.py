@@ -125,11 +125,12 @@ def _elmo_random(config: Any, key: jax.Array) -> Any:
     return nn.unbox(elmo_model.ElmoBiLM(config).init(key, ids, chars, jnp.array([2]))["params"])
 
 
-for _family, _features, _random in (("bert", _bert_features, _bert_random),
-                                    ("gpt", _gpt_features, _gpt_random),
-                                    ("elmo", _elmo_features, _elmo_random)):
-    families.provide(_family, "features", _features)
-    families.provide(_family, "random_params", _random)
+families.provide("bert", "features", _bert_features)
+families.provide("bert", "random_params", _bert_random)
+families.provide("gpt", "features", _gpt_features)
+families.provide("gpt", "random_params", _gpt_random)
+families.provide("elmo", "features", _elmo_features)
+families.provide("elmo", "random_params", _elmo_random)
 
 
 def layer_features(model: Any, texts: Sequence[str], max_length: int = 64) -> np.ndarray:

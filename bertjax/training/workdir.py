@@ -12,9 +12,10 @@ export) know what the workdir holds while the run is still going:
 
 The record is a file format (docs/design.md, "The run record"): its version is FORMAT (a
 record without one is version 1, as bertjax wrote them before it said so), the families are
-FAMILIES and an objective's name says what its run trains (`role`), in the names below, which
-never change meaning. `read_record` is the one reader; it refuses, in one line, a record of a
-newer format, an unknown family or an objective no family has.
+FAMILIES and an objective's name says what its run trains (`role`, from the family's names in
+RECORD_NAMES), in the names below, which never change meaning. `read_record` is the one
+reader; it refuses, in one line, a record of a newer format, an unknown family or an objective
+no family has.
 
 Tokenizer files are named relative to the workdir, so a workdir can be copied elsewhere. Their
 digests let a resume refuse, before any compute, to go on with a tokenizer file that is missing
