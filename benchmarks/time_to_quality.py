@@ -83,8 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "when the file is absent")
     p.add_argument("--best_steps", type=int, default=0,
                    help="the best recipe's schedule length when its file leaves NUM_STEPS "
-                        "open (default: the steps the same-recipe row makes in the budget, so "
-                        "its schedule ends with the budget)")
+                        "open (default: the steps the same-recipe row made in the budget, so "
+                        "its schedule ends with the budget; --max_steps if under 10)")
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated: {', '.join(ROWS)}")
     p.add_argument("--eval_rows", type=int, default=256, help="held-out rows scored")
     p.add_argument("--out", default="", help="a directory for the runs (default: a temporary one)")
@@ -247,9 +247,11 @@ def best_row(args: argparse.Namespace, paths: dict[str, pathlib.Path], out: path
                _bertjax(args, files, bindings, out / "best_recipe"))
 
 
-def steps_in_budget(points: dict, budget_s: float) -> int:
-    """The steps a row of this speed makes in the budget: a schedule that ends with it."""
-    return max(1, int(points["steps_per_s"] * (budget_s - points["first_step_s"])))
+def steps_in_budget(points: dict, fallback: int) -> int:
+    """The steps a row of the same shape and batch makes in the budget (the same-recipe row's,
+    when the budget stopped it after at least 10), so a schedule ends with the budget."""
+    return points["steps"] if points["stopped"] == "budget" and points["steps"] >= 10 \
+        else fallback
 
 
 def build_rows(args: argparse.Namespace, paths: dict[str, pathlib.Path], out: pathlib.Path
@@ -261,7 +263,7 @@ def build_rows(args: argparse.Namespace, paths: dict[str, pathlib.Path], out: pa
     same_bert = [*same_recipe_optimizer(args), "NSP = False", "PACKED_SEQUENCES = 0",
                  "bert_pretraining_source.short_seq_prob = 0.0",
                  *bert_data(args, train, paths["wordpiece"], sizes["bert"])]
-    gpt_bindings = [*same_recipe_optimizer(args), f"SEQ_LENGTH = {args.seq_length}",
+    gpt_bindings = [*same_recipe_optimizer(args),
                     f"gpt_config.vocab_size = {sizes['gpt']}",
                     f"gpt_config.max_position_embeddings = {args.seq_length}",
                     f"lm_pretraining_source.corpus = '{train}'",
@@ -347,8 +349,9 @@ def ratio_lines(rows: list[Row], curves: dict[str, list[tuple[float, float]]]) -
 
 def where_the_time_went(row: Row, points: dict, scoring_s: float) -> str:
     return (f"{row.name}: {points['steps']} steps of {points['tokens_per_step']} tokens; "
-            f"imports done at {points['imports_s']:.1f} s, first step done at "
-            f"{points['first_step_s']:.1f} s (tokenizing, model, compile, the step), then "
+            f"imports done at {points['imports_s']:.1f} s, data prepared at "
+            f"{points['data_s']:.1f} s, first step done at {points['first_step_s']:.1f} s "
+            f"(model, compile, the step), then "
             f"{points['steps_per_s']:.2f} steps/s; saves {points['save_s']:.1f} s "
             f"(off the clock); stopped at the {points['stopped']}; evaluation: none while "
             f"training (scored afterwards, {scoring_s:.1f} s a checkpoint); process "
@@ -385,6 +388,10 @@ def plot(path: pathlib.Path, rows: list[Row], curves: dict[str, list[tuple[float
         for row in rows:
             if row.family == family and row.key in curves:
                 ax.plot(*zip(*curves[row.key], strict=True), marker="o", label=row.name)
+        peer = "run_mlm" if family == "bert" else "run_clm"
+        if peer in curves:
+            ax.axhline(curves[peer][-1][1], color="gray", linestyle="--", linewidth=1,
+                       label="the peer's final loss")
         ax.set_title("BERT: held-out MLM loss" if family == "bert" else
                      "GPT-2: held-out next-token loss")
         ax.set_xlabel(f"wall-clock seconds (budget {budget_s:.0f} s a row)")
@@ -420,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if row.key == "best_recipe" and not args.best_steps and "same_recipe" in results:
             row = best_row(args, paths, out, steps_in_budget(results["same_recipe"],
-                                                             args.budget_s))
+                                                             args.max_steps))
         print(f"running {row.name} ...", flush=True)
         results[row.key] = run_row(row, timeout=args.budget_s * 3 + 600)
     heldout = {"bert": scorer.bert_heldout(heldout_lines, paths["wordpiece"] / "vocab.txt",

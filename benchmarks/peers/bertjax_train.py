@@ -79,11 +79,23 @@ class BudgetedSaves:
             os.kill(os.getpid(), signal.SIGTERM)  # bertjax-train saves and stops
 
 
+def timed_prepare(prepare: Any, clock: hf_budget.WallClock) -> Any:
+    """A source's prepare (reading and tokenizing the corpus) that notes when it ended."""
+
+    def wrapped(self: Any, workdir: Any) -> None:
+        prepare(self, workdir)
+        clock.data_s = clock.now()
+
+    return wrapped
+
+
 def main() -> None:
     args = parse_args()
     import bertjax.configurables  # noqa: F401, PLC0415 - every import on bertjax's clock
     from bertjax.cli import gin_utils  # noqa: PLC0415
     from bertjax.cli import train as train_cli  # noqa: PLC0415
+    from bertjax.data import source  # noqa: PLC0415
+    from bertjax.data.bert import source as bert_source  # noqa: PLC0415
     from bertjax.training import checkpoint  # noqa: PLC0415
 
     out = pathlib.Path(args.out)
@@ -91,6 +103,8 @@ def main() -> None:
     clock = hf_budget.WallClock(START)
     saves = BudgetedSaves(checkpoint.Checkpointer.save, clock, args.budget_s, args.checkpoints)
     checkpoint.Checkpointer.save = lambda self, *a, **k: saves(self, *a, **k)
+    for cls in (source.Source, bert_source.BertPretrainingSource):
+        cls.prepare = timed_prepare(cls.prepare, clock)
     gin_utils.parse(args.gin_file, args.gin_binding)
     result, _ = train_cli.train(out / "workdir", show_progress=False)
     step, wall_s = saves.last

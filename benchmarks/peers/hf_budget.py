@@ -45,6 +45,7 @@ class WallClock:
     def __init__(self, start: float):
         self.start, self.saving = start, 0.0
         self.imports_s = self.now()  # made once the side's libraries are imported
+        self.data_s = 0.0  # when the training data was tokenized and packed
 
     def now(self) -> float:
         return time.perf_counter() - self.start - self.saving
@@ -111,4 +112,5 @@ def write_points(out: pathlib.Path, points: list[dict[str, Any]], first_step_s: 
     (out / "points.json").write_text(json.dumps({
         "points": points, "first_step_s": first_step_s or 0.0, "steps": step,
         "last_step_s": wall_s, "steps_per_s": rate, "tokens_per_step": tokens_per_step,
-        "imports_s": clock.imports_s, "save_s": clock.saving, "stopped": stopped}, indent=1) + "\n")
+        "imports_s": clock.imports_s, "data_s": clock.data_s, "save_s": clock.saving,
+        "stopped": stopped}, indent=1) + "\n")

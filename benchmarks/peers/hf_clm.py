@@ -53,6 +53,7 @@ def main() -> None:
         return grouped
 
     train = tokenized.map(blocks_with_labels, batched=True)
+    clock.data_s = clock.now()
     training_args = transformers.TrainingArguments(
         output_dir=str(out / "trainer"), per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,

@@ -57,6 +57,7 @@ def main() -> None:
         batched=True, remove_columns=["text"])
     train = tokenized.map(lambda batch: group_texts(batch, block), batched=True)
     collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    clock.data_s = clock.now()
     training_args = transformers.TrainingArguments(
         output_dir=str(out / "trainer"), per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,

@@ -45,8 +45,9 @@ def test_best_recipe_gets_batch_and_steps_only_when_its_file_leaves_them(tmp_pat
     gin = tmp_path / "budget.gin"
     gin.write_text("BATCH_SIZE = 128\nmake_optimizer.learning_rate = 2e-3\n")
     assert ttq.best_recipe_bindings(gin, args, 300) == ["NUM_STEPS = 300"]
-    points = {"steps_per_s": 2.0, "first_step_s": 40.0}
-    assert ttq.steps_in_budget(points, 600.0) == 1120  # its schedule ends with the budget
+    assert ttq.steps_in_budget({"steps": 480, "stopped": "budget"}, 2000) == 480
+    assert ttq.steps_in_budget({"steps": 3, "stopped": "budget"}, 2000) == 2000
+    assert ttq.steps_in_budget({"steps": 2000, "stopped": "num_steps"}, 2000) == 2000
 
 
 def test_the_held_out_lines_are_never_in_the_training_file(tmp_path):
