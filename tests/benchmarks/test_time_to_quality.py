@@ -1,0 +1,98 @@
+"""benchmarks/time_to_quality.py: the time each row takes to its peer's final held-out loss and
+the ratio lines made from it, the corpus split, the fixed held-out masks, and (end-to-end tier)
+the whole --quick run: every row in its own process, one scorer, the CSV and the ratio lines."""
+
+import csv
+import pathlib
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.benchmarks.test_quick import REPO
+from tests.conftest import shared_file
+from tests.process_env import process_env
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import time_to_quality as ttq  # noqa: E402
+import time_to_quality_score as scorer  # noqa: E402
+
+
+def test_time_to_reach_interpolates_between_checkpoints_and_says_never():
+    curve = [(10.0, 6.0), (20.0, 5.0), (30.0, 4.0)]
+    assert ttq.time_to_reach(curve, 4.5) == pytest.approx(25.0)
+    assert ttq.time_to_reach(curve, 6.5) == 10.0  # the first checkpoint already reaches it
+    assert ttq.time_to_reach(curve, 3.9) is None
+
+
+def test_ratio_lines_are_peer_time_over_bertjax_time_and_zero_when_never_reached():
+    rows = [ttq.Row("run_mlm", "transformers run_mlm", "bert", "run_mlm", ()),
+            ttq.Row("same_recipe", "bertjax, same recipe", "bert", "run_mlm", ()),
+            ttq.Row("run_clm", "transformers run_clm", "gpt", "run_clm", ()),
+            ttq.Row("gpt_same_recipe", "bertjax GPT-2, same recipe", "gpt", "run_clm", ())]
+    curves = {"run_mlm": [(100.0, 5.0), (200.0, 4.0)], "same_recipe": [(50.0, 4.0)],
+              "run_clm": [(100.0, 3.0)], "gpt_same_recipe": [(100.0, 3.5)]}
+    out = "\n".join(ttq.ratio_lines(rows, curves))
+    assert "ratio time_to_quality same_recipe: 4.00x\n" in out + "\n"
+    assert re.search(r"^ratio time_to_quality gpt_same_recipe: 0\.00x \(never reached", out, re.M)
+
+
+def test_best_recipe_gets_batch_and_steps_only_when_its_file_leaves_them(tmp_path):
+    args = ttq.parse_args(["--batch_size=16", f"--corpus={ttq.__file__}"])
+    gin = tmp_path / "budget.gin"
+    gin.write_text("BATCH_SIZE = 128\nmake_optimizer.learning_rate = 2e-3\n")
+    assert ttq.best_recipe_bindings(gin, args, 300) == ["NUM_STEPS = 300"]
+    assert ttq.steps_in_budget({"steps": 480, "stopped": "budget"}, 2000) == 480
+    assert ttq.steps_in_budget({"steps": 3, "stopped": "budget"}, 2000) == 2000
+    assert ttq.steps_in_budget({"steps": 2000, "stopped": "num_steps"}, 2000) == 2000
+
+
+def test_the_held_out_lines_are_never_in_the_training_file(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"line {i}\n" for i in range(200)))
+    train, heldout = ttq.split_corpus(corpus, 0.05, 0, tmp_path)
+    assert heldout == [f"line {i}" for i in range(190, 200)]
+    assert "line 189\n" in train.read_text() and "line 190" not in train.read_text()
+
+
+def test_held_out_masks_are_fixed_and_take_15_percent_of_real_tokens(tmp_path):
+    from bertjax.tokenizers.wordpiece import learn_vocabulary, write_vocab
+
+    lines = [f"the {w} of news number {i} went up today" for i, w in
+             enumerate(["price", "cost", "rate", "share"] * 30)]
+    write_vocab(learn_vocabulary(lines, 200), tmp_path / "vocab.txt")
+    first = scorer.bert_heldout(lines, tmp_path / "vocab.txt", 64, 8)
+    again = scorer.bert_heldout(lines, tmp_path / "vocab.txt", 64, 8)
+    for key in first.arrays:
+        np.testing.assert_array_equal(first.arrays[key], again.arrays[key])
+    weights = first.arrays["masked_lm_weights"]
+    assert first.rows == 8 and weights.sum(1).min() >= 8  # about 0.15 * 60 real tokens a row
+
+
+@pytest.mark.e2e
+@pytest.mark.torch
+def test_quick_run_scores_every_row_and_prints_the_ratio_lines(tmp_path):
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate: "
+                                             "pip install -e .[bench]")
+    pytest.importorskip("datasets", reason="the peer reads its text with datasets")
+    shared_file("agnews/unlabelled.txt")
+    result = subprocess.run(
+        [sys.executable, "benchmarks/time_to_quality.py", "--quick", f"--out={tmp_path}/run",
+         f"--best_gin={tmp_path}/absent.gin"],
+        cwd=REPO, env=process_env(), capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    out = result.stdout
+    for measure in ("same_recipe", "gpt_same_recipe"):
+        assert re.search(rf"^ratio time_to_quality {measure}: \d+\.\d\dx", out, re.M), out
+    assert "row bertjax, best small-budget recipe: skipped:" in out
+    with pathlib.Path(tmp_path / "run" / "time_to_quality.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert {row["row"] for row in table} == {"transformers run_mlm", "bertjax, same recipe",
+                                             "transformers run_clm",
+                                             "bertjax GPT-2, same recipe"}
+    assert all(float(row["heldout_loss"]) > 0 and 0 <= float(row["heldout_acc"]) <= 1
+               for row in table)
+    assert (tmp_path / "run" / "curves.png").is_file()
