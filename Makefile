@@ -22,7 +22,7 @@ $(VENV)/.installed: setup.py | $(BIN)/python
 # torch first and pinned: the CPU build of 2.13.0 comes from a local wheel.
 $(VENV)/.installed-test: setup.py $(VENV)/.installed
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test,tpu,beam]"
+	$(BIN)/pip install -q -e ".[test,tpu,beam,bench]"
 	touch $@
 
 demo: $(VENV)/.installed
