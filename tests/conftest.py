@@ -4,6 +4,7 @@ is imported), one JAX compilation cache for the run, and shared data paths."""
 import os
 import pathlib
 import shutil
+import subprocess
 import tempfile
 
 from tests.process_env import with_test_flags, xla_flags  # plain os: jax is not imported yet
@@ -46,6 +47,27 @@ def shared_file(relative: str) -> pathlib.Path:
     if not path.exists():
         pytest.skip(f"{path} is absent: tests that need the shared corpora run beside ../shared")
     return path
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """`tmpfs(size)`: a new directory holding a tmpfs of that size ("64k", "9m"), for the
+    full-disk tests; unmounted at the end. Mounting needs root: the test skips without it."""
+    mounts = []
+
+    def mount(size: str) -> pathlib.Path:
+        path = tmp_path / f"disk{len(mounts) or ''}"
+        path.mkdir()
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                                                "tmpfs", str(path)],
+                                               capture_output=True).returncode:
+            pytest.skip("mounting a small tmpfs needs root")
+        mounts.append(path)
+        return path
+
+    yield mount
+    for path in mounts:
+        subprocess.run(["umount", "--lazy", str(path)], check=False)  # busy: still goes
 
 
 @pytest.fixture(scope="session")
