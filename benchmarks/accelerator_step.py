@@ -182,20 +182,14 @@ def configs(row: Row, attention_impl: str):
     """(bertjax config, transformers config) of one row: the same model on both sides."""
     import transformers
 
+    from bertjax.convert.hf_bert import hf_config
     from bertjax.models.bert import bert_config
     from bertjax.models.gpt import gpt_config
 
     common = dict(dtype="bfloat16", attention_dropout_rate=0.0, attention_impl=attention_impl)
     if row.family == "bert":
         cfg = bert_config(row.size, **common)
-        t = cfg.transformer
-        hf = transformers.BertConfig(
-            vocab_size=cfg.vocab_size, hidden_size=t.hidden_size, num_hidden_layers=t.num_layers,
-            num_attention_heads=t.num_heads, intermediate_size=t.mlp_dim,
-            max_position_embeddings=cfg.max_position_embeddings,
-            type_vocab_size=cfg.type_vocab_size, hidden_act="gelu",
-            hidden_dropout_prob=t.dropout_rate, attention_probs_dropout_prob=0.0,
-            layer_norm_eps=t.layer_norm_eps, initializer_range=t.initializer_range)
+        hf = transformers.BertConfig(**hf_config(cfg, "BertForPreTraining"))
     else:
         cfg = gpt_config(row.size, **common)
         t = cfg.transformer
