@@ -19,8 +19,9 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROOT = REPO_ROOT / "bertjax"
 
 # Lower layers first; a module may import its own layer and those below. The longest prefix
-# names a module's layer. bertjax-export reads fine-tuning runs' task records, so it sits
-# above finetune, which loads checkpoints through the converters below it.
+# names a module's layer. finetune loads checkpoints through the converters below it;
+# bertjax-export (convert.export) reads fine-tuning runs' task records through
+# training.workdir, so it needs nothing above convert.
 LAYERS = (
     ("bertjax", "bertjax.files"),
     ("bertjax.layers", "bertjax.metrics", "bertjax.tokenizers"),
@@ -31,7 +32,7 @@ LAYERS = (
     ("bertjax.convert", "bertjax.generation"),
     ("bertjax.inference",),
     ("bertjax.finetune",),
-    ("bertjax.convert.export", "bertjax.analysis"),
+    ("bertjax.analysis",),
     ("bertjax.configurables",),
     ("bertjax.cli",),
 )
