@@ -36,6 +36,26 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
 
 
+ACCELERATORS = {"gpu": "cuda", "tpu": "tpu"}  # marker: the JAX_PLATFORMS value that selects it
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked gpu or tpu skips, naming the setting, unless JAX has that backend (the
+    tests run on the CPU unless JAX_PLATFORMS says otherwise)."""
+    for marker, platform in ACCELERATORS.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        import jax
+
+        try:
+            found = bool(jax.devices(marker))
+        except RuntimeError:  # no such backend in this process
+            found = False
+        if not found:
+            pytest.skip(f"needs a {marker.upper()}: run on a host with one, with "
+                        f"JAX_PLATFORMS={platform} (docs/testing.md)")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if getattr(config, "jax_cache_dir", None):
         shutil.rmtree(config.jax_cache_dir, ignore_errors=True)

@@ -13,6 +13,8 @@ from bertjax.cli import gin_utils
 from bertjax.models.bert import PARAM_COUNTS, BertConfig
 from bertjax.training.mesh import mesh_shape
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 EXPERIMENTS = sorted(
     p.relative_to(CONFIGS.parent).as_posix() for p in (CONFIGS / "experiments").glob("*.gin")

@@ -114,6 +114,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.unit
 def test_the_graph_sees_imports_inside_functions_and_by_discovery(graph):
     assert "bertjax.finetune.runner" in graph["bertjax.finetune"]  # inside __getattr__
     assert "bertjax.finetune.tasks.classification" in graph["bertjax.finetune.tasks"]
@@ -121,16 +122,19 @@ def test_the_graph_sees_imports_inside_functions_and_by_discovery(graph):
     assert "bertjax.tokenizers.wordpiece" in graph["bertjax.finetune.families.bert"]
 
 
+@pytest.mark.unit
 def test_no_import_circles(graph):
     assert cycles(graph) == []
 
 
+@pytest.mark.unit
 def test_no_module_imports_a_higher_layer(graph):
     upward = sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
                     if layer(b) > layer(a))
     assert upward == []
 
 
+@pytest.mark.unit
 def test_the_circle_finder_finds_circles():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

@@ -64,6 +64,7 @@ def test_a_failed_benchmark_is_recorded_and_earlier_runs_are_kept(tmp_path, monk
     assert "1.50x (2026-01-01)" in (tmp_path / "results.md").read_text()  # still summarised
 
 
+@pytest.mark.unit
 def test_ratio_and_difference_lines_are_read_from_the_output():
     run_all = load_run_all()
     stdout = "\n".join([
@@ -89,6 +90,7 @@ def test_ratio_and_difference_lines_are_read_from_the_output():
     assert outcome.differences == ["dropout off on both sides", "bertjax also computes norms"]
 
 
+@pytest.mark.unit
 def test_quick_sizes_never_go_into_the_results_file(capsys):
     with pytest.raises(SystemExit) as exit_info:
         load_run_all().parse_args(["--quick"])
@@ -97,6 +99,7 @@ def test_quick_sizes_never_go_into_the_results_file(capsys):
     assert "--quick" in error and "--out" in error
 
 
+@pytest.mark.unit
 def test_the_out_file_is_a_jsonl_record(capsys):
     with pytest.raises(SystemExit) as exit_info:
         load_run_all().parse_args(["--quick", "--out=/tmp/results.md"])
@@ -105,6 +108,7 @@ def test_the_out_file_is_a_jsonl_record(capsys):
     assert "/tmp/results.md" in error and ".jsonl" in error
 
 
+@pytest.mark.unit
 def test_unknown_benchmark_name_is_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         load_run_all().parse_args(["--only=bert_step"])
