@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # reading a record (bertjax-export) needs neither TensorFlow 
     from bertjax.finetune.recipe import Recipe
 
 INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
+
+
 def head_settings(recipe: Recipe) -> dict[str, Any]:
     """The HEAD_SETTINGS `recipe` has (its family's), as task.json records them."""
     return {name: getattr(recipe, name) for name in HEAD_SETTINGS if hasattr(recipe, name)}
