@@ -9,7 +9,7 @@ WORKDIR ?= workdir/bert_tiny_demo
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 export TF_CPP_MIN_LOG_LEVEL ?= 3
 
-.PHONY: demo test test-e2e test-all bench clean
+.PHONY: demo test test-unit test-e2e test-all bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,13 @@ PYTEST := $(BIN)/python -m pytest -q -ra --strict-markers --durations=15 -n 2 --
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check bertjax tests benchmarks scripts
 	$(PYTEST) -m "not e2e"
+
+# The unit tier, under 2 minutes on 2 idle cores: tests marked `unit` (layers, metrics,
+# tokenizers, masks, records, configs; no model-sized compile). A marker, not a path list: the
+# tier is declared beside each test, so a file can give it its cheap tests only; the markers
+# `gpu` and `tpu` (pyproject.toml) mark tests that skip without that accelerator.
+test-unit: $(VENV)/.installed-test
+	$(PYTEST) -m "unit and not e2e"
 
 test-e2e: $(VENV)/.installed-test
 	$(PYTEST) -m e2e

@@ -36,12 +36,12 @@ its own and an out-of-memory batch falls back to the next smaller one for both s
 
     PYTHONPATH=. python benchmarks/accelerator_step.py                       # the full run
     PYTHONPATH=. python benchmarks/accelerator_step.py --quick               # CPU, tiny sizes
-    PYTHONPATH=. python benchmarks/accelerator_step.py --results_md=benchmarks/results.md
+    PYTHONPATH=. python benchmarks/accelerator_step.py --results=benchmarks/results.jsonl
 
 `--quick` runs every code path with tiny models on the CPU (what the test suite runs, so the
-script does not rot); its numbers mean nothing. `--results_md` appends the run as a section of
-benchmarks/results.md (results_record.py's format: every bertjax/torch ratio, what differs
-between the sides, the table) and regenerates that file's summary.
+script does not rot); its numbers mean nothing. `--results` appends the run as a line of
+benchmarks/results.jsonl (results_record.py's format: every bertjax/torch ratio, what differs
+between the sides, the table) and renders benchmarks/results.md from it again.
 """
 
 import argparse
@@ -114,15 +114,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "as not run; default 330, 600 with --quick)")
     p.add_argument("--child_timeout_s", type=float, default=240.0)
     p.add_argument("--out", default=None, help="directory for results.json and the log")
-    p.add_argument("--results_md", default=None,
-                   help="append the run to this results file (benchmarks/results.md) and "
-                        "regenerate its summary")
+    p.add_argument("--results", default=None,
+                   help="append the run to this record (benchmarks/results.jsonl) and render "
+                        "its .md beside it")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile_row", default="bert_large_128",
                    help="trace two bertjax steps of this row with jax.profiler (none: '')")
     p.add_argument("--record", default=None,
                    help="a results.json of an earlier run (on a GPU host): report it and, with "
-                        "--results_md, append it, measuring nothing")
+                        "--results, append it, measuring nothing")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--profile_dir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -182,20 +182,14 @@ def configs(row: Row, attention_impl: str):
     """(bertjax config, transformers config) of one row: the same model on both sides."""
     import transformers
 
+    from bertjax.convert.hf_bert import hf_config
     from bertjax.models.bert import bert_config
     from bertjax.models.gpt import gpt_config
 
     common = dict(dtype="bfloat16", attention_dropout_rate=0.0, attention_impl=attention_impl)
     if row.family == "bert":
         cfg = bert_config(row.size, **common)
-        t = cfg.transformer
-        hf = transformers.BertConfig(
-            vocab_size=cfg.vocab_size, hidden_size=t.hidden_size, num_hidden_layers=t.num_layers,
-            num_attention_heads=t.num_heads, intermediate_size=t.mlp_dim,
-            max_position_embeddings=cfg.max_position_embeddings,
-            type_vocab_size=cfg.type_vocab_size, hidden_act="gelu",
-            hidden_dropout_prob=t.dropout_rate, attention_probs_dropout_prob=0.0,
-            layer_norm_eps=t.layer_norm_eps, initializer_range=t.initializer_range)
+        hf = transformers.BertConfig(**hf_config(cfg, "BertForPreTraining"))
     else:
         cfg = gpt_config(row.size, **common)
         t = cfg.transformer
@@ -746,12 +740,12 @@ def ratios(results: list[dict]) -> list[tuple[str, float]]:
 
 def record(args, env: dict, results: list[dict], header: str, text: str, notes: list[str],
            wall_s: float) -> results_record.Run:
-    """The run as a section of benchmarks/results.md."""
+    """The run as a line of benchmarks/results.jsonl."""
     kept, skip = [], False
     for arg in args.command_line:  # the command as run, less where its results were written
-        if not skip and not arg.startswith("--results_md"):
+        if not skip and not arg.startswith("--results"):
             kept.append(arg)
-        skip = arg == "--results_md"
+        skip = arg == "--results"
     argv = " ".join(kept)
     busy = env["other_device_processes"] if not args.quick else env["load"] > (
         env["cpu_count"] or 1)
@@ -783,7 +777,7 @@ def main(argv=None) -> None:
     if args.record:  # a run measured elsewhere: report and record it here
         saved = json.loads(pathlib.Path(args.record).read_text())
         measured = parse_args(saved["command_line"])  # the run's own rows, mode and deadline
-        measured.command_line, measured.results_md = saved["command_line"], args.results_md
+        measured.command_line, measured.results = saved["command_line"], args.results
         report(measured, saved["env"], saved["peak"], saved["results"], saved["skipped"],
                saved.get("wall_s", 0.0), print)
         return
@@ -832,7 +826,7 @@ def main(argv=None) -> None:
 
 def report(args, env: dict, peak: dict | None, results: list[dict], skipped: list[str],
            wall_s: float, log) -> None:
-    """The run's table, notes and ratios; with --results_md, appended to that file."""
+    """The run's table, notes and ratios; with --results, appended to that record."""
     text = table(results, args.row_list, peak, env)
     nominal = nominal_peak(env["device"])
     header = (f"### Accelerator step, {env['date']}: {env['device']}"
@@ -858,10 +852,11 @@ def report(args, env: dict, peak: dict | None, results: list[dict], skipped: lis
         + "\n".join(f"  - {line}" for line in DIFFERENCES))
     for measure, value in ratios(results):
         log(f"ratio {measure}: {value:.2f}x")
-    if args.results_md:
-        results_record.append(pathlib.Path(args.results_md), [
+    if args.results:
+        results_record.append(pathlib.Path(args.results), [
             record(args, env, results, header, text, notes, wall_s)])
-        log(f"appended the run to {args.results_md} and regenerated its summary")
+        log(f"appended the run to {args.results} and rendered "
+            f"{results_record.markdown_path(pathlib.Path(args.results))}")
 
 
 if __name__ == "__main__":

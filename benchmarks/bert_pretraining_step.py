@@ -234,21 +234,9 @@ class BertjaxRunner:
 def hf_config(config, attn: str):
     import transformers
 
-    tcfg = config.transformer
-    hf = transformers.BertConfig(
-        vocab_size=config.vocab_size,
-        hidden_size=tcfg.hidden_size,
-        num_hidden_layers=tcfg.num_layers,
-        num_attention_heads=tcfg.num_heads,
-        intermediate_size=tcfg.mlp_dim,
-        max_position_embeddings=config.max_position_embeddings,
-        type_vocab_size=config.type_vocab_size,
-        hidden_act="gelu",
-        hidden_dropout_prob=tcfg.dropout_rate,
-        attention_probs_dropout_prob=tcfg.attention_dropout_rate,
-        layer_norm_eps=tcfg.layer_norm_eps,
-        initializer_range=tcfg.initializer_range,
-    )
+    from bertjax.convert import hf_bert
+
+    hf = transformers.BertConfig(**hf_bert.hf_config(config, "BertForPreTraining"))
     hf._attn_implementation = attn
     return hf
 

@@ -1,17 +1,17 @@
-"""`make bench`: every benchmark's claim, each in its own process, appended to results.md.
+"""`make bench`: every benchmark's claim, each in its own process, appended to the record.
 
 Each benchmark runs as `python benchmarks/NAME.py ARGS` (the command its README section gives
 for the claim), so every peer is measured side by side with bertjax in that one process. Each
-benchmark's run is appended to results.md as its own section (results_record.py's format) with
+benchmark's run is appended to results.jsonl as one line (results_record.py's format) with
 what makes the figures comparable across runs: the machine (CPU, cores, vector instructions,
 memory), library versions, commit, date, the load average before and after (a run is "loaded"
 when it was above the core count), every ratio the benchmark printed, what its output says
-differs between the sides, and its whole output. The summary at the top is then regenerated.
+differs between the sides, and its whole output. results.md is then rendered from the record.
 Earlier runs are never rewritten; a failed benchmark is recorded as failed, without ratios.
 
-    python benchmarks/run_all.py                          # all claims -> benchmarks/results.md
+    python benchmarks/run_all.py                          # all claims -> benchmarks/results.jsonl
     python benchmarks/run_all.py --only=elmo_lstm,pretraining_pipeline
-    python benchmarks/run_all.py --quick --out=/tmp/results.md   # small sizes, a smoke test
+    python benchmarks/run_all.py --quick --out=/tmp/results.jsonl   # small sizes, a smoke test
 
 A benchmark reports a ratio with a line `ratio MEASURE: 1.23x`, and what it does differently on
 the two sides under a line starting `what differs`, one `  - ` line each.
@@ -74,7 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--only", default="", help="comma-separated benchmark names (default: all)")
     p.add_argument("--quick", action="store_true",
                    help="each benchmark's small smoke sizes (needs --out: not a measurement)")
-    p.add_argument("--out", default=str(results_record.RESULTS), help="the results file")
+    p.add_argument("--out", default=str(results_record.RESULTS),
+                   help="the record (a .jsonl file; its .md is rendered beside it)")
     p.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per benchmark")
     args = p.parse_args(argv)
     known = {claim.name for claim in CLAIMS}
@@ -84,8 +85,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--only names {', '.join(unknown)}, which is not a benchmark; "
                 f"choose from {', '.join(sorted(known))}")
     if args.quick and pathlib.Path(args.out).resolve() == results_record.RESULTS:
-        p.error("--quick sizes measure nothing: pass --out=FILE (e.g. /tmp/results.md) so "
-                "benchmarks/results.md keeps only real runs")
+        p.error("--quick sizes measure nothing: pass --out=FILE (e.g. /tmp/results.jsonl) so "
+                "benchmarks/results.jsonl keeps only real runs")
+    if not args.out.endswith(".jsonl"):
+        p.error(f"--out={args.out} is not a .jsonl record: pass one (e.g. "
+                "/tmp/results.jsonl); its .md is rendered beside it")
     return args
 
 
@@ -197,7 +201,7 @@ def run(claim: Claim, quick: bool, timeout: float) -> Outcome:
 
 def record(outcome: Outcome, quick: bool, started: datetime.datetime,
            machine: dict[str, str]) -> results_record.Run:
-    """The results.md section of one benchmark's run."""
+    """The record of one benchmark's run."""
     cores = os.cpu_count() or 1
     args = " ".join(outcome.command[2:])
     if outcome.returncode != 0:
@@ -257,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run_all: error: {', '.join(failed)} failed (recorded as failed in {out})",
               file=sys.stderr)
         return 1
-    print(f"run_all: appended {len(claims)} run(s) to {out} and regenerated its summary")
+    print(f"run_all: appended {len(claims)} run(s) to {out} and rendered "
+          f"{results_record.markdown_path(out)}")
     return 0
 
 

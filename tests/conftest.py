@@ -4,6 +4,7 @@ is imported), one JAX compilation cache for the run, and shared data paths."""
 import os
 import pathlib
 import shutil
+import subprocess
 import tempfile
 
 from tests.process_env import with_test_flags, xla_flags  # plain os: jax is not imported yet
@@ -35,6 +36,26 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
 
 
+ACCELERATORS = {"gpu": "cuda", "tpu": "tpu"}  # marker: the JAX_PLATFORMS value that selects it
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked gpu or tpu skips, naming the setting, unless JAX has that backend (the
+    tests run on the CPU unless JAX_PLATFORMS says otherwise)."""
+    for marker, platform in ACCELERATORS.items():
+        if item.get_closest_marker(marker) is None:
+            continue
+        import jax
+
+        try:
+            found = bool(jax.devices(marker))
+        except RuntimeError:  # no such backend in this process
+            found = False
+        if not found:
+            pytest.skip(f"needs a {marker.upper()}: run on a host with one, with "
+                        f"JAX_PLATFORMS={platform} (docs/testing.md)")
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     if getattr(config, "jax_cache_dir", None):
         shutil.rmtree(config.jax_cache_dir, ignore_errors=True)
@@ -46,6 +67,27 @@ def shared_file(relative: str) -> pathlib.Path:
     if not path.exists():
         pytest.skip(f"{path} is absent: tests that need the shared corpora run beside ../shared")
     return path
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """`tmpfs(size)`: a new directory holding a tmpfs of that size ("64k", "9m"), for the
+    full-disk tests; unmounted at the end. Mounting needs root: the test skips without it."""
+    mounts = []
+
+    def mount(size: str) -> pathlib.Path:
+        path = tmp_path / f"disk{len(mounts) or ''}"
+        path.mkdir()
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}",
+                                                "tmpfs", str(path)],
+                                               capture_output=True).returncode:
+            pytest.skip("mounting a small tmpfs needs root")
+        mounts.append(path)
+        return path
+
+    yield mount
+    for path in mounts:
+        subprocess.run(["umount", "--lazy", str(path)], check=False)  # busy: still goes
 
 
 @pytest.fixture(scope="session")

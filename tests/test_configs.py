@@ -1,6 +1,10 @@
-"""Every gin file parses and builds: sizes, meshes, runs and experiments."""
+"""Every gin file parses and builds: sizes, meshes, runs and experiments; includes resolve from
+any directory; gin's private tables that bertjax's checks read still have the shape they read."""
 
+import importlib.metadata
+import logging
 import pathlib
+import sys
 
 import gin
 import pytest
@@ -8,6 +12,8 @@ import pytest
 from bertjax.cli import gin_utils
 from bertjax.models.bert import PARAM_COUNTS, BertConfig
 from bertjax.training.mesh import mesh_shape
+
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 EXPERIMENTS = sorted(
@@ -74,3 +80,45 @@ def test_mesh_bindings_reach_the_training_mesh():
     gin_utils.parse(["configs/meshes/cpu.gin"], ["make_mesh.data = 2", "make_mesh.fsdp = 4"])
     mesh = gin.get_configurable("bertjax.make_mesh")()
     assert dict(mesh.shape) == {"data": 2, "fsdp": 4, "model": 1}
+
+
+def test_includes_resolve_from_another_directory_with_the_checkout_on_the_path(
+        tmp_path, monkeypatch, caplog):
+    """`configs` importable as a namespace package (the checkout on sys.path) made gin's
+    package-resource reader raise a TypeError on the first include; a miss logged an error."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(CONFIGS.parent))
+    with caplog.at_level(logging.INFO):
+        gin_utils.parse(["configs/experiments/bert_tiny_demo.gin"], [])
+    assert gin_utils.configured("train").num_steps > 0
+    assert not [r for r in caplog.records if "Path not found" in r.getMessage()]
+    assert "configs" not in sys.modules  # nothing imported it as a package
+
+
+GIN_CHANGED = (f"gin-config {importlib.metadata.version('gin-config')} keeps its bindings "
+               "otherwise than bertjax/cli/gin_utils.py reads them (check_all_read, check_types, "
+               "_use_bertjax_configs read gin's private tables): update those functions for it, "
+               "or pin the gin-config they were written for")
+
+
+def test_gin_private_tables_have_the_shape_gin_utils_reads():
+    import bertjax.configurables  # noqa: F401 - registers every gin name
+
+    gin.parse_config(["DATA = -1", "make_mesh.data = %DATA", "make_mesh.fsdp = 1"])
+    config, operative = gin.config._CONFIG, gin.config._OPERATIVE_CONFIG
+    [key] = [k for k in config if k[1] != "gin.macro"]
+    assert isinstance(key, tuple) and key[0] == "" and key[1].endswith(".make_mesh"), GIN_CHANGED
+    assert set(config[key]) == {"data", "fsdp"}, GIN_CHANGED
+    assert getattr(config[key]["data"], "config_key", None) == ("DATA", "gin.macro"), GIN_CHANGED
+    assert config[("DATA", "gin.macro")]["value"] == -1, GIN_CHANGED
+    match = gin.config._REGISTRY.get_match(key[1])
+    assert match.name == "make_mesh" and callable(match.wrapped), GIN_CHANGED
+    gin.get_configurable("bertjax.make_mesh")()
+    assert {"data", "fsdp"} <= set(operative.get(key, {})), GIN_CHANGED
+    readers = gin.config._FILE_READERS
+    assert all(isinstance(r, tuple) and len(r) == 2 and all(map(callable, r))
+               for r in readers), GIN_CHANGED
+    gin_utils.check_all_read()  # every binding above was read
+    gin.parse_config(["train.num_steps = 1"])  # bound, never called
+    with pytest.raises(gin_utils.ConfigError, match="train.num_steps is never read"):
+        gin_utils.check_all_read()

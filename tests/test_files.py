@@ -12,6 +12,8 @@ import pytest
 from bertjax import files
 from bertjax.cli import runner
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 @pytest.fixture
 def umask_022():

@@ -19,8 +19,9 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 ROOT = REPO_ROOT / "bertjax"
 
 # Lower layers first; a module may import its own layer and those below. The longest prefix
-# names a module's layer. bertjax-export reads fine-tuning runs' task records, so it sits
-# above finetune, which loads checkpoints through the converters below it.
+# names a module's layer. finetune loads checkpoints through the converters below it;
+# bertjax-export (convert.export) reads fine-tuning runs' task records through
+# training.workdir, so it needs nothing above convert.
 LAYERS = (
     ("bertjax", "bertjax.files"),
     ("bertjax.layers", "bertjax.metrics", "bertjax.tokenizers"),
@@ -31,7 +32,7 @@ LAYERS = (
     ("bertjax.convert", "bertjax.generation"),
     ("bertjax.inference",),
     ("bertjax.finetune",),
-    ("bertjax.convert.export", "bertjax.analysis"),
+    ("bertjax.analysis",),
     ("bertjax.configurables",),
     ("bertjax.cli",),
 )
@@ -113,6 +114,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.unit
 def test_the_graph_sees_imports_inside_functions_and_by_discovery(graph):
     assert "bertjax.finetune.runner" in graph["bertjax.finetune"]  # inside __getattr__
     assert "bertjax.finetune.tasks.classification" in graph["bertjax.finetune.tasks"]
@@ -120,16 +122,19 @@ def test_the_graph_sees_imports_inside_functions_and_by_discovery(graph):
     assert "bertjax.tokenizers.wordpiece" in graph["bertjax.finetune.families.bert"]
 
 
+@pytest.mark.unit
 def test_no_import_circles(graph):
     assert cycles(graph) == []
 
 
+@pytest.mark.unit
 def test_no_module_imports_a_higher_layer(graph):
     upward = sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
                     if layer(b) > layer(a))
     assert upward == []
 
 
+@pytest.mark.unit
 def test_the_circle_finder_finds_circles():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

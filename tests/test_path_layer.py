@@ -10,6 +10,10 @@ names apart and are allowed."""
 import ast
 import pathlib
 
+import pytest
+
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("bertjax/finetune", "bertjax/training", "bertjax/analysis")
 CONCRETE = ("Path", "PosixPath", "WindowsPath")  # pathlib's classes that read and write

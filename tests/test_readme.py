@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))

@@ -4,6 +4,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from tests.schedule import file_seconds, load_durations, tier_key
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -11,6 +13,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 RECORDED = {"tests/a.py": 5.0, "tests/a.py [e2e]": 900.0, "tests/b.py": 60.0}
 
 
+@pytest.mark.unit
 def test_a_files_time_is_that_of_the_tier_selected():
     fast = file_seconds([("tests/a.py::t1", False), ("tests/a.py::t2", False),
                          ("tests/b.py::t", False), ("tests/c.py::t", False)], RECORDED)
@@ -21,6 +24,7 @@ def test_a_files_time_is_that_of_the_tier_selected():
     assert both["tests/a.py"] == 905.0
 
 
+@pytest.mark.unit
 def test_the_record_keys_the_e2e_tier_apart():
     assert tier_key("tests/x.py", True) == "tests/x.py [e2e]"
     assert tier_key("tests/x.py", False) == "tests/x.py"

@@ -13,8 +13,8 @@ it. The standard deviation is the sample one (n - 1 in the denominator), 0 for o
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
+import statistics
 from collections.abc import Sequence
 
 from bertjax.analysis.report import REPORT_ORDER
@@ -40,10 +40,8 @@ class Spread:
 
     @property
     def std(self) -> float:
-        if len(self.values) < 2:
-            return 0.0
-        m = self.mean
-        return math.sqrt(sum((v - m) ** 2 for v in self.values) / (len(self.values) - 1))
+        """The sample standard deviation (n - 1); 0 for one seed."""
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
 
     def text(self, digits: int | None = None) -> str:
         """"0.812 ± 0.004" with `digits` decimals, else 4 significant digits for the mean and

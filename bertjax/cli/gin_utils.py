@@ -70,9 +70,12 @@ def resolve(path: str) -> str:
 
 def _use_bertjax_configs() -> None:
     """Let gin open `include 'configs/...'` from the working directory, else from bertjax's own
-    configs. Put first among gin's file readers (a private list; gin-config is pinned): its
-    package-resource reader would otherwise log 'Path not found' for each miss, and fails when
-    `configs` happens to be importable as a namespace package."""
+    configs. Put first among gin's file readers (a private list; gin-config is pinned, and
+    tests/test_configs.py fails when the list changes shape). gin's public
+    `add_config_file_search_path` is not enough: gin asks every reader at one search prefix
+    before the next, so its package-resource reader sees each include as `configs/...` first,
+    logs 'Path not found' for each one, and raises a TypeError when `configs` is importable as
+    a namespace package (a checkout on PYTHONPATH, run from another directory)."""
     reader = (lambda path: open(_find_config(path), encoding="utf-8"),
               lambda path: _find_config(path) is not None)
     if gin.config._FILE_READERS[0][0].__module__ != __name__:

@@ -42,14 +42,13 @@ from safetensors.numpy import save_file
 
 from bertjax import files
 from bertjax.convert import destination, elmo_hdf5, hf_bert, hf_gpt, hf_tokenizer, scan
-from bertjax.finetune.task_record import recorded_head
 from bertjax.models.bert import BertConfig
 from bertjax.models.sizes import FamilyConfig
 from bertjax.training import families
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.checkpoint import resolve, restore_saved_params
 from bertjax.training.families import Refusal
-from bertjax.training.workdir import TASK_RECORD, read_task_record
+from bertjax.training.workdir import TASK_RECORD, read_task_record, recorded_head
 from bertjax.typing import Params
 
 FORMATS = ("hf", "bilm")

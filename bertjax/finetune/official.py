@@ -20,6 +20,7 @@ entailment / not_entailment / neutral / contradiction as spelled for MNLI, QNLI,
 and STS-B scores are numbers with three decimals.
 """
 
+import dataclasses
 import logging
 import os
 import pathlib
@@ -28,6 +29,7 @@ from collections.abc import Mapping, Sequence
 
 from bertjax import files
 from bertjax.files import write_text
+from bertjax.finetune import readers
 from bertjax.finetune.evaluate import predict_arrays
 from bertjax.finetune.examples import Example
 from bertjax.finetune.recipe import Recipe
@@ -81,8 +83,10 @@ def submission_name(spec: str) -> str:
 
 def read_unlabelled(specs: Sequence[str], recipe: Recipe, task: Task
                     ) -> dict[str, list[Example]]:
-    """{submission name: examples} of the files to predict (of the recipe's `task`), read
-    before training starts, so a bad file fails in one line before anything runs."""
+    """{submission name: examples} of the files to predict (of the recipe's `task`), each read
+    once and before training starts, so a bad file fails in one line before anything runs. An
+    example keeps its label where its file has a label column: `warn_unseen_labels` reads
+    them, the submissions never do."""
     if not specs:
         return {}
     if not task.submissions:
@@ -95,32 +99,28 @@ def read_unlabelled(specs: Sequence[str], recipe: Recipe, task: Task
         if name in named:
             raise ValueError(f"--predict={spec}: a second file for {name}.tsv: pass one file "
                              "per task")
-        named[name] = task.read(spec, text_columns=recipe.text_columns, label_column="",
-                                split_hint="test")
+        named[name] = readers.read_maybe_labelled(
+            spec, task.reading, text_columns=recipe.text_columns,
+            label_column=recipe.label_column, split_hint="test")
     return named
 
 
-def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, task: Task,
-                       labels: Sequence[str] | None) -> None:
-    """One warning per --predict file whose label column (when it has one) holds labels the
-    model was never trained on: likely another task's file (AG News through an SST-2 model),
-    whose submission would be written without a word."""
-    if not specs or not labels:
+def warn_unseen_labels(named: Mapping[str, list[Example]], labels: Sequence[str] | None
+                       ) -> None:
+    """One warning per file to predict (`read_unlabelled`'s) whose label column, when it has
+    one, holds labels the model was never trained on: likely another task's file (AG News
+    through an SST-2 model), whose submission would be written without a word."""
+    if not labels:
         return
-    for spec in specs:
-        try:
-            examples = task.read(spec, text_columns=recipe.text_columns,
-                                 label_column=recipe.label_column, split_hint="test")
-        except ValueError:  # no label column: an unlabelled test file, as expected
-            continue
+    for name, examples in named.items():
         found = [ex.label for ex in examples if getattr(ex, "label", None) is not None]
         unseen = sorted({str(label) for label in found} - {str(label) for label in labels})
         if unseen:
             count = sum(str(label) in unseen for label in found)
-            logging.warning("--predict=%s: %d of its %d rows have labels the model was never "
-                            "trained on (%s): it predicts only %s; check that the file is of "
-                            "this task", spec, count, len(examples), ", ".join(unseen[:5]),
-                            ", ".join(map(str, labels)))
+            logging.warning("--predict file of %s.tsv: %d of its %d rows have labels the model "
+                            "was never trained on (%s): it predicts only %s; check that the "
+                            "file is of this task", name, count, len(examples),
+                            ", ".join(unseen[:5]), ", ".join(map(str, labels)))
 
 
 def glue_label(name: str, prediction: str | float) -> str:
@@ -148,6 +148,8 @@ def write_submissions(workdir: str | os.PathLike, named: Mapping[str, list[Examp
     params, _, _ = restore_saved_params(workdir)
     written = []
     for name, examples in named.items():
+        examples = [dataclasses.replace(ex, label=None) if getattr(ex, "label", None)
+                    is not None else ex for ex in examples]  # predicted, never read
         inputs, data = setup.encode_unlabelled(examples)
         outputs = predict_arrays(setup, params, inputs, batch_size)
         predictions, _ = setup.task.decode(outputs, data)

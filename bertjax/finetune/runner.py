@@ -105,7 +105,7 @@ def _prepare(recipe: Recipe, resolved: Resolved, init: str | Pretrained, train: 
     check_same_tokenizer(workdir, model, init_spec)  # a resume: the vocabulary it trained with
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name, resolved,
                        train_name)
-    official.warn_unseen_labels(predict, recipe, resolved.task, setup.labels)
+    official.warn_unseen_labels(unlabelled, setup.labels)
     steps = num_steps(recipe, len(train_examples))
     tx = make_optimizer(recipe.optimizer, recipe.learning_rate,
                         math.ceil(recipe.warmup_fraction * steps),

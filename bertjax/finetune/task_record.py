@@ -30,26 +30,23 @@ import tempfile
 from typing import TYPE_CHECKING, Any
 
 from bertjax.files import Path, as_path, is_remote, write_bytes, write_text
-from bertjax.training.workdir import TASK_RECORD, read_task_record
+from bertjax.training.workdir import (
+    HEAD_SETTINGS,
+    TASK_RECORD,
+    read_task_record,
+    recorded_head,
+)
 
 if TYPE_CHECKING:  # reading a record (bertjax-export) needs neither TensorFlow nor the models
     from bertjax.finetune.pretrained import Pretrained, Tokenizer
     from bertjax.finetune.recipe import Recipe
 
 INIT_RECORD = "init.txt"  # the --init a run started from (bertjax.analysis.runs reads it)
-# setting: the value a record from before the setting existed was trained with
-HEAD_SETTINGS: dict[str, Any] = {"pooling": "cls"}
 
 
 def head_settings(recipe: Recipe) -> dict[str, Any]:
     """The HEAD_SETTINGS `recipe` has (its family's), as task.json records them."""
     return {name: getattr(recipe, name) for name in HEAD_SETTINGS if hasattr(recipe, name)}
-
-
-def recorded_head(task: dict[str, Any] | None) -> dict[str, Any]:
-    """The head settings a task record says its run trained with (HEAD_SETTINGS' values for
-    a record from before they were recorded)."""
-    return {**HEAD_SETTINGS, **((task or {}).get("head") or {})}
 
 
 def _save_tokenizer(workdir: Path, tokenizer: Tokenizer | None) -> dict[str, Any] | None:

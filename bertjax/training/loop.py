@@ -244,8 +244,8 @@ def run_facts(exp: Experiment) -> dict[str, Any]:
 def check_run(exp: Experiment, mesh: Mesh, workdir: Path) -> None:
     """Everything that can be refused before the workdir changes, one line each."""
     mesh_lib.check_batch(exp.batch_size, exp.accum_steps, mesh)
-    workdir_lib.check_resume(workdir, run_facts(exp))
-    family = workdir_lib.recorded_family(workdir) if workdir.is_dir() else None
+    record = workdir_lib.check_resume(workdir, run_facts(exp))
+    family = record["family"] if record else None
     if family not in (None, exp.objective.family):
         raise RunError(f"{workdir} holds a {family.upper()} run, not {exp.objective.family.upper()}"
                        ": use a new --workdir")

@@ -168,16 +168,18 @@ def latest_checkpoint(workdir: str | os.PathLike) -> int | None:
     return max(steps) if steps else None
 
 
-def check_resume(workdir: str | os.PathLike, data: dict[str, Any] | None = None) -> None:
+def check_resume(workdir: str | os.PathLike, data: dict[str, Any] | None = None
+                 ) -> dict[str, Any] | None:
     """Before a run resumes: every tokenizer file the checkpoint was trained with is there,
-    unchanged (one line naming it otherwise); a changed corpus or batch size is announced."""
+    unchanged (one line naming it otherwise); a changed corpus or batch size is announced.
+    The workdir's record, read once for every check of the run (None: it has none yet)."""
     workdir = as_path(workdir)
     if not (workdir / RECORD).is_file():
-        return
+        return None
+    record = read_record(workdir)
     step = latest_checkpoint(workdir)
     if step is None:
-        return
-    record = read_record(workdir)
+        return record
     tokenizer = record.get("tokenizer", {})
     digests = tokenizer.get("sha256", {})
     for role, name in tokenizer.get("files", {}).items():
@@ -191,6 +193,7 @@ def check_resume(workdir: str | os.PathLike, data: dict[str, Any] | None = None)
                if key in before and before[key] != value]
     if changed:
         logging.warning("%s: resuming with %s", workdir, "; ".join(changed))
+    return record
 
 
 def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
@@ -216,11 +219,6 @@ def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
     if record.get("objective"):  # one line for an objective no family has
         role(record["family"], record["objective"])
     return record
-
-
-def recorded_family(workdir: str | os.PathLike) -> str | None:
-    """The family of the run in `workdir`, or None for a workdir no run has started in."""
-    return read_record(workdir)["family"] if (as_path(workdir) / RECORD).is_file() else None
 
 
 def expect_family(workdir: str | os.PathLike, family: str, tool: str) -> dict[str, Any]:
@@ -274,3 +272,15 @@ def read_task_record(workdir: str | os.PathLike) -> dict[str, Any] | None:
     except json.JSONDecodeError as e:
         raise RecordError(f"{path}: not valid JSON ({e}): rerun bertjax-finetune with the same "
                          "flags to write it again") from None
+
+
+# task.json's "head": settings that change what a head computes from the same parameters
+# (finetune/task_record.py writes them), with the value a record from before the setting
+# existed was trained with
+HEAD_SETTINGS: dict[str, Any] = {"pooling": "cls"}
+
+
+def recorded_head(task: dict[str, Any] | None) -> dict[str, Any]:
+    """The head settings a task record says its run trained with (HEAD_SETTINGS' values for
+    a record from before they were recorded)."""
+    return {**HEAD_SETTINGS, **((task or {}).get("head") or {})}

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from bertjax.analysis.report import csv_text, markdown
+from bertjax.training.metrics import read_metrics
 from families_study.flops import training_flops
 from families_study.plan import APPROACH_NAMES, Plan
 from families_study.stats import Paired, paired
@@ -130,8 +131,7 @@ def pretraining_rows(plan: Plan, root: pathlib.Path) -> list[dict[str, Any]]:
     for run in plan.pretraining:
         workdir = root / run.workdir
         record = _read(workdir / "model.json")
-        history = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text(
-            encoding="utf-8").splitlines() if line.strip()]
+        history = read_metrics(workdir / "metrics.jsonl")
         seq = int(history[-1].get("seq_length", 0))
         batch = int(record["data"]["batch_size"])
         kind = "bert_ltr" if record.get("objective") == "bert_ltr_pretraining" else run.family

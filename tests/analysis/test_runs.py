@@ -8,6 +8,8 @@ import pytest
 from bertjax.analysis.report import markdown, table
 from bertjax.analysis.runs import RunError, load_run, name_bindings, read_gin
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def make_run(path, rows, gin="", results=None, init=None, model_config=None):
     path.mkdir(parents=True)

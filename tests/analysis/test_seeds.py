@@ -12,6 +12,8 @@ from bertjax.analysis.runs import load_run
 from bertjax.analysis.seeds import seed_csv_table, seed_of, seed_summary, seed_table
 from bertjax.cli.report import report
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def finetuned(path, accuracy, loss=0.5):
     path.mkdir(parents=True)

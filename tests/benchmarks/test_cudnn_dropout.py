@@ -2,7 +2,7 @@
 drops out by a mask of its seed alone (cuDNN adds an offset per launch, which only a GPU shows),
 the probe reads each layer's forward and backward masks back, and the control (one kernel for
 every scanned layer) shows one mask for all; end-to-end, every check of every stack and the
-record the device run keeps."""
+record the device run keeps. On a GPU (the gpu marker), every check passes with cuDNN itself."""
 
 import json
 import sys
@@ -59,3 +59,12 @@ def test_every_check_and_the_record(seeded_cudnn, tmp_path):
     control = rows[cudnn_dropout.STACKS[-1]]
     assert not control["layers_differ"] and control["remat_draws_forward_mask"]
     assert not cudnn_dropout.passed([{**rows["scanned"], "layers_differ": False}])
+
+
+@pytest.mark.gpu
+def test_cudnn_attention_dropout_passes_every_check_on_the_gpu(tmp_path):
+    """cuDNN itself, no stand-in: each layer draws its own mask, the backward drops what the
+    forward dropped, and rematerialisation draws the forward's mask again."""
+    assert cudnn_dropout.main([f"--out={tmp_path}"]) == 0
+    record = json.loads((tmp_path / "cudnn_dropout.json").read_text())
+    assert record["passed"]

@@ -1,6 +1,7 @@
-"""`make bench` (benchmarks/run_all.py): each benchmark's run is appended to the results file
-with the machine, the load, every ratio it printed and what differs between the sides; the
-summary is regenerated; earlier runs are kept; a failed benchmark is recorded as failed."""
+"""`make bench` (benchmarks/run_all.py): each benchmark's run is appended to the record
+(results.jsonl) with the machine, the load, every ratio it printed and what differs between the
+sides; results.md is rendered again; earlier runs are kept; a failed benchmark is recorded as
+failed."""
 
 import dataclasses
 import importlib.util
@@ -26,15 +27,15 @@ def load_run_all():
 
 @pytest.mark.torch
 def test_quick_run_appends_the_machine_load_ratios_and_differences(tmp_path):
-    out = tmp_path / "results.md"
+    out = tmp_path / "results.jsonl"
     result = subprocess.run([sys.executable, "benchmarks/run_all.py", "--quick",
                              "--only=elmo_lstm", f"--out={out}"], cwd=REPO,
                             env={**os.environ, "XLA_FLAGS": ""}, capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
-    text = out.read_text()
-    assert results_record.regenerate(text) == text
-    [run] = results_record.parse(text)
+    [run] = results_record.load(out)
+    text = (tmp_path / "results.md").read_text()
+    assert text == results_record.render([run])
     assert run.benchmark == "elmo_lstm --quick"
     assert run.machine.endswith(f"{os.cpu_count()} cores")
     assert "quick mode" in run.fields["conditions"]
@@ -51,18 +52,19 @@ def test_a_failed_benchmark_is_recorded_and_earlier_runs_are_kept(tmp_path, monk
     run_all = load_run_all()
     broken = dataclasses.replace(run_all.CLAIMS[2], quick_args=("--no_such_flag",))
     monkeypatch.setattr(run_all, "CLAIMS", (broken,))
-    out = tmp_path / "results.md"
+    out = tmp_path / "results.jsonl"
     earlier = results_record.Run({"benchmark": "elmo_lstm", "date": "2026-01-01",
                                   "machine": "cpu", "conditions": "idle"}, (("a/b", 1.5),))
     results_record.append(out, [earlier])
     assert run_all.main(["--quick", f"--out={out}"]) == 1
-    runs = results_record.parse(out.read_text())
+    runs = results_record.load(out)
     assert runs[0] == earlier
     assert runs[1].fields["conditions"].startswith("failed (exit 2)") and not runs[1].ratios
     assert "--no_such_flag" in runs[1].body
-    assert "1.50x (2026-01-01)" in out.read_text()  # the summary still has the earlier run
+    assert "1.50x (2026-01-01)" in (tmp_path / "results.md").read_text()  # still summarised
 
 
+@pytest.mark.unit
 def test_ratio_and_difference_lines_are_read_from_the_output():
     run_all = load_run_all()
     stdout = "\n".join([
@@ -88,6 +90,7 @@ def test_ratio_and_difference_lines_are_read_from_the_output():
     assert outcome.differences == ["dropout off on both sides", "bertjax also computes norms"]
 
 
+@pytest.mark.unit
 def test_quick_sizes_never_go_into_the_results_file(capsys):
     with pytest.raises(SystemExit) as exit_info:
         load_run_all().parse_args(["--quick"])
@@ -96,6 +99,16 @@ def test_quick_sizes_never_go_into_the_results_file(capsys):
     assert "--quick" in error and "--out" in error
 
 
+@pytest.mark.unit
+def test_the_out_file_is_a_jsonl_record(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        load_run_all().parse_args(["--quick", "--out=/tmp/results.md"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "/tmp/results.md" in error and ".jsonl" in error
+
+
+@pytest.mark.unit
 def test_unknown_benchmark_name_is_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         load_run_all().parse_args(["--only=bert_step"])

@@ -7,6 +7,7 @@ import-or-skip would have skipped in every run and checked nothing."""
 import gzip
 import sys
 
+import pytest
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
 from tests.benchmarks.test_quick import REPO
@@ -32,6 +33,7 @@ def make_space():
     return space
 
 
+@pytest.mark.unit
 def test_device_ops_are_summed_by_kind(tmp_path):
     path = tmp_path / "trace.xplane.pb.gz"
     with gzip.open(path, "wb") as f:
@@ -93,6 +95,7 @@ def test_a_recorded_train_step_is_attributed_by_name_stack(tmp_path):
     assert sum(r.events for r in regions.values()) == len(step_events)
 
 
+@pytest.mark.unit
 def test_flax_dropout_modules_count_as_dropout_wherever_they_sit():
     """Attention's probability dropout is flax's `Dropout_0` module under the attention scope:
     its random bits and mask are dropout's time, not attention's (the name stack's case is
@@ -106,6 +109,7 @@ def test_flax_dropout_modules_count_as_dropout_wherever_they_sit():
         "attention: softmax, masks, reshapes"
 
 
+@pytest.mark.unit
 def test_gpu_kernels_are_matched_to_their_instructions_by_kernel_name():
     """XLA:GPU names a fusion's kernel with '_' for the instruction's '.': an event whose
     `hlo_op` is not an instruction of the HLO text is attributed by its kernel's name, and

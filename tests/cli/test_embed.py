@@ -141,20 +141,14 @@ def test_a_10000_token_line_streams_in_bounded_memory(workdir, tmp_path):
     assert np.load(out)["0"].shape == (3, 10_000, 128)
 
 
-def test_an_output_on_a_full_disk_is_one_line_with_the_space_left(workdir, tmp_path, capsys):
+def test_an_output_on_a_full_disk_is_one_line_with_the_space_left(workdir, tmp_path, tmpfs,
+                                                                  capsys):
     """It was "[Errno 28] No space left on device: 'e.npz'" with no space figure."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
-                                            str(disk)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
-        (disk / "filler").write_bytes(b"\0" * 60 * 1024)
-        text = tmp_path / "in.txt"
-        text.write_text("the river bank\n" * 50)
-        assert embed_file(str(workdir), str(text), str(disk / "e.npz")) == 2
-        one_error_line(capsys, f"no space left on the device to write {disk / 'e.npz'}",
-                       "MiB free there")
-        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no temporary file
-    finally:
-        subprocess.run(["umount", "--lazy", str(disk)], check=False)
+    disk = tmpfs("64k")
+    (disk / "filler").write_bytes(b"\0" * 60 * 1024)
+    text = tmp_path / "in.txt"
+    text.write_text("the river bank\n" * 50)
+    assert embed_file(str(workdir), str(text), str(disk / "e.npz")) == 2
+    one_error_line(capsys, f"no space left on the device to write {disk / 'e.npz'}",
+                   "MiB free there")
+    assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no temporary file

@@ -473,18 +473,9 @@ def test_an_unreachable_gs_out_is_one_line_naming_it_and_the_fix(bert_run, monke
 
 
 @pytest.fixture
-def tiny_disk(tmp_path):
+def tiny_disk(tmpfs):
     """A 256 KiB tmpfs: an export of the test BERT does not fit (needs root)."""
-    import os
-    import subprocess
-
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
-                                            str(mount)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], check=False)  # busy: still goes
+    return tmpfs("256k")
 
 
 def test_a_full_disk_is_one_line_and_leaves_nothing(bert_run, tiny_disk):

@@ -216,6 +216,32 @@ def test_predict_with_a_task_glue_does_not_score_is_refused():
                                  get_task("tagging"))
 
 
+def test_each_predict_file_is_read_once_and_keeps_its_labels_for_the_warning(
+        tmp_path, monkeypatch, caplog):
+    """A labelled file keeps its labels (the unseen-label warning reads them), an unlabelled
+    one (GLUE's test split) reads as before; each file's text is read once."""
+    from bertjax.finetune import readers
+
+    labelled, unlabelled = tmp_path / "other.tsv", tmp_path / "SST-2" / "test.tsv"
+    labelled.write_text("sentence\tlabel\na fine film\t7\na dull film\t0\n")
+    unlabelled.parent.mkdir()
+    unlabelled.write_text("index\tsentence\n0\ta fine film\n1\ta dull film\n")
+    reads = collections.Counter()
+    read_text = readers.read_text
+    monkeypatch.setattr(readers, "read_text",
+                        lambda path: reads.update([path.name]) or read_text(path))
+    task = get_task("classification")
+    named = official.read_unlabelled([str(labelled), str(unlabelled)],
+                                     Recipe(family="bert", task="classification"), task)
+    assert reads == {"other.tsv": 1, "test.tsv": 1}
+    assert [ex.label for ex in named["other"]] == ["7", "0"]
+    assert [ex.label for ex in named["SST-2"]] == [None, None]
+    assert [ex.texts for ex in named["SST-2"]] == [("a fine film",), ("a dull film",)]
+    official.warn_unseen_labels(named, ["0", "1"])
+    [warning] = [r.getMessage() for r in caplog.records if "never trained on" in r.getMessage()]
+    assert "other.tsv" in warning and "1 of its 2 rows" in warning and "(7)" in warning
+
+
 def test_squad_1_1_writes_predictions_only():
     files = official.squad_files({"q1": "Paris", "q2": "1066"})
     assert set(files) == {"predictions.json"}

@@ -114,28 +114,19 @@ def test_bad_metrics_an_out_file_and_a_bad_last_are_one_line_each(tmp_path):
     assert (tmp_path / "a_file").read_text() == "mine"
 
 
-def test_a_report_on_a_full_disk_leaves_no_folder_behind(tmp_path):
+def test_a_report_on_a_full_disk_leaves_no_folder_behind(tmpfs):
     """--out on a full disk left an empty report folder (issue #45's last finding); a folder
     that existed keeps what it held."""
-    import os
-
     from bertjax.cli.report import report
 
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
-                                            str(disk)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
+    disk = tmpfs("64k")
     run_dir = str(REPO / "tests" / "fixtures" / "workdirs" / "bert_pretraining")
-    try:
-        (disk / "filler").write_bytes(b"\0" * 60 * 1024)
-        (disk / "kept").mkdir()
-        (disk / "kept" / "notes.txt").write_text("mine")
-        for out in (disk / "report" / "sub", disk / "kept"):
-            with pytest.raises(OSError) as full:
-                report([run_dir] * 40, str(out), plot=False)
-            assert full.value.errno == 28
-        assert sorted(p.name for p in disk.iterdir()) == ["filler", "kept"]
-        assert [p.name for p in (disk / "kept").iterdir()] == ["notes.txt"]
-    finally:
-        subprocess.run(["umount", "--lazy", str(disk)], check=False)
+    (disk / "filler").write_bytes(b"\0" * 60 * 1024)
+    (disk / "kept").mkdir()
+    (disk / "kept" / "notes.txt").write_text("mine")
+    for out in (disk / "report" / "sub", disk / "kept"):
+        with pytest.raises(OSError) as full:
+            report([run_dir] * 40, str(out), plot=False)
+        assert full.value.errno == 28
+    assert sorted(p.name for p in disk.iterdir()) == ["filler", "kept"]
+    assert [p.name for p in (disk / "kept").iterdir()] == ["notes.txt"]

@@ -45,15 +45,7 @@ def _torch_modules():
 
 
 def _hf_config(transformers, cfg):
-    return transformers.BertConfig(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.transformer.hidden_size,
-        num_hidden_layers=cfg.transformer.num_layers,
-        num_attention_heads=cfg.transformer.num_heads,
-        intermediate_size=cfg.transformer.mlp_dim,
-        max_position_embeddings=cfg.max_position_embeddings,
-        type_vocab_size=cfg.type_vocab_size,
-    )
+    return transformers.BertConfig(**hf_bert.hf_config(cfg, "BertModel"))
 
 
 def _random(shapes, seed=0):

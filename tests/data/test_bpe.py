@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from bertjax.tokenizers.bpe import END_OF_TEXT, BpeError, ByteLevelBPE, bytes_to_unicode, learn_bpe
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 TEXTS = [
     "The quick brown fox jumps over the lazy dog. It's 2024, isn't it?",
     "Byte-level BPE never meets an unknown token: naïve café, 東京, emoji 🙂 and tabs\tand\n",

@@ -25,6 +25,8 @@ from bertjax.tokenizers.elmo_vocab import (
     write_vocab,
 )
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 SENTENCES = [s.split() for s in [
     "the cat sat on the mat", "a dog ran", "the bank of the river", "money in the bank",
     "one two three four five six seven eight nine ten eleven twelve", "yes",

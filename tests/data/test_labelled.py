@@ -27,6 +27,8 @@ from bertjax.finetune.tasks import get_task, read_task
 from bertjax.metrics.squad import normalize_answer
 from tests.conftest import shared_file
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 
 

@@ -11,6 +11,8 @@ from bertjax.data.gpt.source import (
 )
 from bertjax.data.source import DataError
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 DOCS = ["First document. It has two sentences.", "Second one\nhas a line break.",
         "Third: the end."] * 30
 

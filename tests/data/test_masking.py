@@ -16,6 +16,8 @@ from bertjax.data.bert.masking import (
 )
 from bertjax.data.bert.nsp import Corpus, Instances, pack, plan_instances
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 MAX_SEQ_LENGTH = 128
 MAX_PREDICTIONS = 20
 NUM_EXAMPLES = 20_000

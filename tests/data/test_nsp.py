@@ -15,6 +15,8 @@ from bertjax.data.bert.nsp import (
     truncation,
 )
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 MAX_SEQ_LENGTH = 128
 NUM_INSTANCES = 20_000
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=100)

@@ -12,6 +12,8 @@ import tensorflow as tf
 from bertjax.tokenizers import wordpiece, wordpiece_tf
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 @pytest.fixture(scope="module")
 def minilm_vocab() -> pathlib.Path:

@@ -182,6 +182,7 @@ def test_google_rules_give_tokenization_pys_ids_on_random_mixed_script_text(lowe
         assert ours.encode(text) == expected, ascii(text)
 
 
+@pytest.mark.unit
 def test_google_rules_offsets_agree_with_their_ids():
     """SQuAD maps answers through offsets: under Google's rules they come with the same ids
     and cover the pieces' characters of the original text."""
@@ -193,6 +194,7 @@ def test_google_rules_offsets_agree_with_their_ids():
         assert offsets == sorted(offsets), ascii(text)
 
 
+@pytest.mark.unit
 def test_where_googles_and_transformers_rules_differ():
     """The differences the two rule sets exist for, each on one text, and the longest word
     each splits (transformers' 100 characters, Google's 200)."""

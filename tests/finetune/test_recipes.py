@@ -19,6 +19,8 @@ from bertjax.finetune.families import get_adapter
 from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.tasks import get_task
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs" / "finetune"
 BERT_GLUE_LEARNING_RATES = (5e-5, 4e-5, 3e-5, 2e-5)  # section 4.1: chosen on dev
 BERT_GLUE = dict(batch_size=32, epochs=3.0, dropout=0.1)  # 4.1; A.3: dropout always 0.1

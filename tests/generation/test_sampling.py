@@ -8,6 +8,8 @@ from scipy import stats
 
 from bertjax.generation.sampling import GenerationError, Sampling, allowed_logits, next_token
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 PROBS = np.array([0.3, 0.2, 0.15, 0.1, 0.08, 0.07, 0.05, 0.03, 0.015, 0.005])
 ORDER = np.random.default_rng(0).permutation(len(PROBS))  # token ids of PROBS[0], PROBS[1], ...
 DRAWS = 20_000

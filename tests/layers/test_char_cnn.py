@@ -17,6 +17,8 @@ from bertjax.tokenizers.elmo_vocab import (
     word_char_ids,
 )
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 FILTERS = ((1, 4), (2, 4), (3, 8))
 
 

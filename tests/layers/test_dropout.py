@@ -12,6 +12,8 @@ from scipy import stats
 
 from bertjax.layers.dropout import Dropout, keep_mask, keep_threshold
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def apply(rate: float, x: jax.Array, seed: int = 0, deterministic: bool = False) -> jax.Array:
     return Dropout(rate).apply({}, x, deterministic, rngs={"dropout": jax.random.key(seed)})

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 
 from bertjax.layers.scalar_mix import ScalarMix, mix_weights, scalar_mix_penalty
 
@@ -23,6 +24,7 @@ def apply(mix, params, layers, mask=None):
     return np.asarray(mix.apply({"params": params}, jnp.asarray(layers), mask))
 
 
+@pytest.mark.unit
 def test_matches_formula():
     layers, _ = layers_and_mask()
     mix = ScalarMix(K)
@@ -44,6 +46,7 @@ def reference_norm(x, mask, over):
     return out
 
 
+@pytest.mark.unit
 def test_layer_norm_uses_unpadded_positions_only():
     layers, mask = layers_and_mask()
     params = {"scalars": jnp.array([0.3, 0.0, -0.2]), "gamma": jnp.array(1.0)}
@@ -59,6 +62,7 @@ def test_layer_norm_uses_unpadded_positions_only():
         np.testing.assert_allclose(apply(mix, params, noisy, mask)[valid], got[valid], atol=1e-5)
 
 
+@pytest.mark.unit
 def test_per_example_norm_is_batch_independent():
     layers, mask = layers_and_mask()
     mix = ScalarMix(K, layer_norm=True)
@@ -91,6 +95,7 @@ def fit_weights(l2_coef, steps=300):
     return mix_weights(params)["weights"]
 
 
+@pytest.mark.unit
 def test_l2_penalty_pulls_towards_the_average():
     np.testing.assert_allclose(scalar_mix_penalty(jnp.array([1.0, 2.0]), 0.5), 2.5)
     strong, weak = fit_weights(1.0), fit_weights(0.001)

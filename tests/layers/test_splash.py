@@ -37,6 +37,14 @@ def test_splash_equals_xla_under_padding(causal, dtype, tolerance):
     assert error < tolerance
 
 
+@pytest.mark.tpu
+@pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
+def test_the_compiled_kernel_equals_xla_on_a_tpu(causal):
+    """On a TPU, Mosaic compiles the kernel (the CPU interprets it): the same agreement."""
+    assert jax.default_backend() == "tpu"
+    test_splash_equals_xla_under_padding(causal, "bfloat16", 2e-2)
+
+
 def test_splash_equals_xla_on_packed_rows():
     """Packed rows go in as segment ids: each sequence attends to itself only."""
     ids = jnp.array([[1] * 50 + [2] * 60 + [3] * 18, [1] * 100 + [0] * 28])

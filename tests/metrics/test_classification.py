@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from bertjax.metrics.classification import accuracy, f1, macro_f1, matthews_corrcoef
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 sk = pytest.importorskip("sklearn.metrics")
 
 

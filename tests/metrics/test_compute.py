@@ -7,6 +7,8 @@ from bertjax.metrics import compute, squad
 from bertjax.metrics.classification import macro_f1
 from bertjax.metrics.tagging import entity_scores
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def test_main_metric_per_table():
     tables = {"CLASSIFICATION": "accuracy", "PAIR_CLASSIFICATION": "accuracy",

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from bertjax.metrics.regression import _average_ranks, pearson, spearman
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 stats = pytest.importorskip("scipy.stats")
 
 _FLOATS = st.floats(-1e3, 1e3, allow_nan=False, allow_subnormal=False)

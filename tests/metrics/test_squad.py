@@ -20,6 +20,8 @@ from bertjax.metrics.squad import (
 )
 from tests.conftest import shared_file
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def test_normalization_drops_case_punctuation_articles_and_extra_spaces():
     assert normalize_answer("  The  Denver-Broncos, a TEAM!  ") == "denverbroncos team"

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from bertjax.metrics.tagging import entities, entity_scores
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 seqeval_metrics = pytest.importorskip("seqeval.metrics")
 from seqeval.metrics.sequence_labeling import get_entities  # noqa: E402
 from seqeval.scheme import IOB2, IOBES  # noqa: E402

@@ -14,6 +14,8 @@ from bertjax.training.loop import build_trainer
 from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def test_weighted_loss_matches_numpy_and_perplexity_is_its_exp():
     rng = np.random.default_rng(0)

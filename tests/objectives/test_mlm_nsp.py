@@ -1,11 +1,14 @@
 """MLM and NSP losses against a direct numpy computation: weights, padding, accuracy."""
 
 import numpy as np
+import pytest
 from scipy.special import log_softmax
 
 from bertjax.objectives.mlm import mlm_loss
 from bertjax.objectives.nsp import nsp_loss
 from bertjax.objectives.objective import metric_values
+
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
 
 
 def test_mlm_loss_weights_selected_positions_only():

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 

@@ -14,6 +14,8 @@ from bertjax.finetune.arrays import ArraySource
 from bertjax.training import loop
 from bertjax.training.data_source import DataSource
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 MEMBERS = sorted({*DataSource.__annotations__,
                   *(name for name in vars(DataSource) if not name.startswith("_"))})
 

@@ -3,7 +3,6 @@ damaged checkpoints, a full disk, a loss that turns non-finite; and metrics logg
 
 import json
 import logging
-import os
 import pathlib
 import re
 import shutil
@@ -323,15 +322,9 @@ def test_no_readable_checkpoint_is_one_line(bert_sample, tmp_path):
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmpfs):
     """A 9 MiB tmpfs: one tiny-BERT checkpoint (5.7 MiB) fits, two do not (needs root)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=9m", "tmpfs",
-                                            str(mount)], capture_output=True).returncode:
-        pytest.skip("mounting a small tmpfs needs root")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], check=False)  # busy: still goes
+    return tmpfs("9m")
 
 
 def test_full_disk_is_one_line_and_the_previous_checkpoint_stays(bert_sample, small_disk):

@@ -7,6 +7,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from bertjax.training.metrics import MetricWriter
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def log_steps(workdir, steps, resumed_at=0, offset=0.0):
     writer = MetricWriter(workdir)

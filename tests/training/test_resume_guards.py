@@ -136,3 +136,28 @@ def test_a_workdir_under_a_file_or_of_another_scheme_is_one_line(tmp_path):
     assert refused.stderr.strip().splitlines()[-1] == (
         "bertjax-train: error: s3://bucket/run: s3:// paths are not supported: use a local "
         "path or gs://BUCKET/PATH")
+
+
+def test_a_run_checks_its_workdir_reading_model_json_once(tmp_path, monkeypatch):
+    """check_run reads the record once for the resume checks and the family check (it read
+    model.json twice); a workdir of another family is still one line."""
+    from types import SimpleNamespace
+
+    from bertjax.training import loop
+    from bertjax.training import workdir as workdir_lib
+
+    workdir = tmp_path / "run"
+    shutil.copytree(REPO / "tests" / "fixtures" / "workdirs" / "bert_pretraining", workdir)
+    reads = []
+    read_record = workdir_lib.read_record
+    monkeypatch.setattr(workdir_lib, "read_record",
+                        lambda path: reads.append(path) or read_record(path))
+    monkeypatch.setattr(loop.mesh_lib, "check_batch", lambda *args: None)
+    source = SimpleNamespace(corpus_name=None, row_facts=dict, vocab_size=10)
+    objective = SimpleNamespace(family="gpt", config=SimpleNamespace(vocab_size=10),
+                                config_name="gpt_config")
+    exp = SimpleNamespace(batch_size=8, accum_steps=1, source=source, objective=objective,
+                          num_steps=1, seq_phases=None)
+    with pytest.raises(loop.RunError, match="holds a BERT run, not GPT"):
+        loop.check_run(exp, None, workdir)
+    assert len(reads) == 1

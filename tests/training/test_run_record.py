@@ -14,6 +14,8 @@ from bertjax.models.elmo import elmo_config
 from bertjax.training import workdir as workdir_lib
 from bertjax.training.workdir import FORMAT, HEADS, RecordError, Role, read_record, role
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 def test_every_recorded_head_has_its_output_and_the_objectives_write_those_names():
     assert sorted(o.head for o in OUTPUTS) == sorted(HEADS)

@@ -45,6 +45,43 @@ def read(
     path = files.as_path(spec)  # local or gs://
     examples = reader(reading).read_file(path, read_text(path), reading, **columns,
                                          training=split_hint == "train")
+    return _some(path, examples)
+
+
+def read_maybe_labelled(
+    spec: str | os.PathLike,
+    reading: Reading,
+    *,
+    text_columns: Sequence[str] | None = None,
+    label_column: str | None = None,
+    split_hint: str = "test",
+) -> list[Example]:
+    """Examples of a file that may hold labels or not (a test split to predict), the file read
+    once: with their labels where its label column reads (found, or `label_column`), else
+    unlabelled (label None), as `read` with label_column="" reads them."""
+    if str(spec).startswith("tfds:"):
+        try:
+            return tfds.read_tfds(str(spec), reading, text_columns=text_columns,
+                                  label_column=label_column, split_hint=split_hint)
+        except TaskDataError:  # no label feature: read as unlabelled
+            return tfds.read_tfds(str(spec), reading, text_columns=text_columns,
+                                  label_column="", split_hint=split_hint)
+    path = files.as_path(spec)
+    text = read_text(path)
+
+    def parse(label: str | None) -> list[Example]:
+        return reader(reading).read_file(path, text, reading, text_columns=text_columns,
+                                         label_column=label, training=split_hint == "train")
+
+    try:
+        examples = parse(label_column)
+    except TaskDataError:  # no label column, or rows without labels: an unlabelled file
+        examples = parse("")
+    return _some(path, examples)
+
+
+def _some(path: files.Path, examples: list[Example]) -> list[Example]:
+    """`examples`, refused in one line when the file held none."""
     if not examples:
         raise TaskDataError(f"{path}: no examples in the file (is it empty?); point the task "
                             "data path at a file with data")

@@ -11,6 +11,8 @@ from bertjax.data.store import build as build_lib
 from bertjax.data.store.format import MANIFEST, StoreError, index_name, token_dtype, tokens_name
 from bertjax.data.store.reader import TokenArray, open_store
 
+pytestmark = pytest.mark.unit  # the unit tier: make test-unit
+
 
 @pytest.fixture(scope="module")
 def built(wiki_slice, learned_vocab, tmp_path_factory):
