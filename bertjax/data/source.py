@@ -58,7 +58,7 @@ import tensorflow as tf
 from bertjax import files
 from bertjax.data import corpora
 from bertjax.data.store.format import Chunk, StoreError, vocabulary_digest
-from bertjax.data.vocabularies import TokenizerVocabulary
+from bertjax.data.vocabularies import Tokenizer, TokenizerVocabulary
 
 if TYPE_CHECKING:
     from bertjax.data.store.reader import TokenStore
@@ -188,7 +188,7 @@ class Source:
         """Learn at most `vocab_size` tokens and write `vocab_files` into `directory`."""
         raise NotImplementedError
 
-    def load_vocab(self, files: dict[str, pathlib.Path]) -> Any:
+    def load_vocab(self, files: dict[str, pathlib.Path]) -> Tokenizer:
         """The tokenizer of `files` ({role: path})."""
         raise NotImplementedError
 

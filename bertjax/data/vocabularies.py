@@ -17,7 +17,7 @@ preprocessors such as `seqio.preprocessors.tokenize`, and gives the same ids as 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import seqio
@@ -28,10 +28,28 @@ from bertjax.tokenizers.elmo_vocab import ElmoVocabulary
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 
+class Tokenizer(Protocol):
+    """What every family's tokenizer gives (WordPieceVocabulary, ByteLevelBPE,
+    ElmoVocabulary): a source's `vocab`, and what TokenizerVocabulary hands to seqio."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def eos_id(self) -> int | None: ...
+
+    @property
+    def unk_id(self) -> int | None: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Iterable[int]) -> str: ...
+
+
 class TokenizerVocabulary(seqio.Vocabulary):
     """A tokenizer as a seqio vocabulary without extra ids; subclasses bring the TF path."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         super().__init__(extra_ids=0)
         self.tokenizer = tokenizer
 
@@ -87,7 +105,7 @@ class WordPieceSeqio(TokenizerVocabulary):
 
 class BpeSeqio(TokenizerVocabulary):
     """GPT-2's byte-level BPE: EOS is <|endoftext|>, and pads with it too (GPT-2 has no
-    padding token; padded positions carry zero loss weight); nothing is unknown.
+    padding token; padded positions carry zero loss weight); nothing is unknown (no unk_id).
 
     The TF path runs the python encoder inside `tf.numpy_function`: BPE by merge rank has no
     efficient expression in TF ops."""
@@ -100,10 +118,6 @@ class BpeSeqio(TokenizerVocabulary):
     @property
     def pad_id(self) -> int:
         return self.tokenizer.eos_id if self.tokenizer.eos_id is not None else 0
-
-    @property
-    def unk_id(self) -> None:
-        return None  # byte-level: nothing is unknown
 
     def _encode_tf(self, s: tf.Tensor) -> tf.Tensor | tf.RaggedTensor:
         """Strings [] -> ids [n], or [N] -> ragged [N, (n)] (python BPE in numpy_function)."""

@@ -99,6 +99,10 @@ class ByteLevelBPE:
     def eos_id(self) -> int | None:
         return self.vocab.get(END_OF_TEXT)
 
+    @property
+    def unk_id(self) -> None:
+        return None  # byte-level: nothing is unknown
+
     def merges(self) -> list[tuple[str, str]]:
         return sorted(self.ranks, key=self.ranks.__getitem__)
 
