@@ -36,6 +36,7 @@ PYTEST := $(BIN)/python -m pytest -q -ra --strict-markers --durations=15 -n 2 --
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check bertjax tests benchmarks scripts
+	$(BIN)/python scripts/check_types.py
 	$(PYTEST) -m "not e2e"
 
 # The unit tier, under 2 minutes on 2 idle cores: tests marked `unit` (layers, metrics,

@@ -32,6 +32,7 @@ EXTRAS = {
         "pytest-xdist>=3.5",  # make test runs the suite on two workers, one test file each
         "filelock>=3.12",  # locks the suite's shared JAX compilation cache (tests/conftest.py)
         "ruff>=0.6",
+        "mypy==2.4.1",  # make test's type check; pinned, as another version counts other errors
         "hypothesis>=6.100",
         "torch==2.13.0",
         "transformers==5.23.0",

@@ -134,10 +134,30 @@ def test_no_module_imports_a_higher_layer(graph):
     assert upward == []
 
 
+def third_party_imports(path: pathlib.Path) -> set[str]:
+    """The top-level packages other than bertjax that `path` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.partition(".")[0])
+    return found - {"bertjax"}
+
+
+@pytest.mark.unit
+def test_seqio_is_imported_from_the_data_layer_up():
+    """The seqio vocabularies over the tokenizers live in bertjax.data (data/vocabularies.py):
+    the tokenizers and everything below data stay free of seqio."""
+    below = sorted(name for name, path in modules().items()
+                   if layer(name) < layer("bertjax.data")
+                   and "seqio" in third_party_imports(path))
+    assert below == []
+
+
 @pytest.mark.unit
 def test_the_circle_finder_finds_circles():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-
 
 
 IMPORT_EVERYTHING = """

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gin
 import jax
@@ -17,6 +17,9 @@ from bertjax import cli, files
 from bertjax.cli import gin_utils, interrupts
 from bertjax.training import lease, preemption
 from bertjax.training.checkpoint import quiet_orbax_failures
+
+if TYPE_CHECKING:
+    from bertjax.training.loop import RunResult
 
 FLAGS = flags.FLAGS
 HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
@@ -39,7 +42,7 @@ def fail(program: str, err: BaseException | str) -> None:
     sys.exit(2)
 
 
-def finish_run(program: str, result: Any, workdir: os.PathLike,
+def finish_run(program: str, result: "RunResult", workdir: os.PathLike,
                summary: Callable[[], str]) -> None:
     """The end of a training run (a `loop.RunResult`): process 0 records the operative
     config.gin of a run that trained and prints `summary()`; a run stopped by a signal or

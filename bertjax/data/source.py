@@ -1,11 +1,13 @@
 """The data-source base every family's source builds on: corpus, vocabulary, seqio task, batches.
 
-A family's source (`pipeline.BertPretrainingSource`, `lm.LmPretrainingSource`,
-`elmo_pipeline.ElmoSource`) subclasses `Source` and brings only what is its own:
+A family's source (`bert.source.BertPretrainingSource`, `gpt.source.LmPretrainingSource`,
+`elmo.source.ElmoSource`) subclasses `Source` and brings only what is its own:
 
     setting, task_prefix        its gin name (every error message names it) and task name
     vocab_kind, vocab_files     "wordpiece" | "bpe" | "words", and {role: file name}
     learn_vocab, load_vocab     learn files from the corpus into a directory; read them back
+                                as the family's tokenizer (`vocab`)
+    seqio_vocabulary            the tokenizer's seqio vocabulary class (data/vocabularies.py)
     read_documents              optional: the corpus's documents (load_documents by default)
     corpus_view, encode         its view of the documents (shared by learning and encoding);
                                 tokenize that view into its in-memory corpus
@@ -56,6 +58,7 @@ import tensorflow as tf
 from bertjax import files
 from bertjax.data import corpora
 from bertjax.data.store.format import Chunk, StoreError, vocabulary_digest
+from bertjax.data.vocabularies import Tokenizer, TokenizerVocabulary
 
 if TYPE_CHECKING:
     from bertjax.data.store.reader import TokenStore
@@ -161,12 +164,13 @@ class Source:
     vocab_kind = ""
     vocab_files: dict[str, str] = {}
     id_features: tuple[str, ...] = ()
+    seqio_vocabulary: type[TokenizerVocabulary]  # the seqio task's view of `vocab`
 
     def __init__(self, corpus: str, corpus_format: str, vocab: str, vocab_size: int, seed: int,
                  text_key: str = "text") -> None:
         self.corpus_name, self.corpus_format, self.text_key = corpus, corpus_format, text_key
         self.vocab_spec, self.max_vocab_size, self.seed = vocab, vocab_size, seed
-        self.vocab: Any = None  # the family's seqio vocabulary, once prepared
+        self.vocab: Any = None  # the family's tokenizer (bertjax.tokenizers), once prepared
         self._files: dict[str, pathlib.Path] = {}
         self._staging: tempfile.TemporaryDirectory | None = None
 
@@ -184,8 +188,8 @@ class Source:
         """Learn at most `vocab_size` tokens and write `vocab_files` into `directory`."""
         raise NotImplementedError
 
-    def load_vocab(self, files: dict[str, pathlib.Path]) -> Any:
-        """The seqio vocabulary of `files` ({role: path})."""
+    def load_vocab(self, files: dict[str, pathlib.Path]) -> Tokenizer:
+        """The tokenizer of `files` ({role: path})."""
         raise NotImplementedError
 
     def encode(self, view: Sequence) -> None:
@@ -400,7 +404,8 @@ class Source:
         name = f"bertjax_{self.task_prefix}_{slug}_{seq_length}_{batch_size}"
         generate = functools.partial(self.example_blocks, seq_length, batch_size)
         source = ExampleSource(generate, self.feature_spec(seq_length, batch_size))
-        return register_task(name, source, self._vocab(), self.id_features)
+        return register_task(name, source, self.seqio_vocabulary(self._vocab()),
+                             self.id_features)
 
     def batches(self, start_index: int, seq_length: int, batch_size: int
                 ) -> Iterator[dict[str, np.ndarray]]:

@@ -8,8 +8,8 @@ Files are GPT-2's: vocab.json (token -> id) and merges.txt ("#version" line, the
 merge, in rank order). Learned vocabularies use GPT-2's layout: the 256 byte tokens, the
 merged tokens in the order they were learned, then the special tokens (<|endoftext|>).
 
-Pure python (no TensorFlow), so generation starts fast; the seqio.Vocabulary wrapper is
-data/bpe_vocab.py.
+Pure python (no TensorFlow), so generation starts fast; the seqio vocabulary over it is
+`bertjax.data.vocabularies.BpeSeqio`.
 """
 
 from __future__ import annotations
@@ -99,6 +99,10 @@ class ByteLevelBPE:
     def eos_id(self) -> int | None:
         return self.vocab.get(END_OF_TEXT)
 
+    @property
+    def unk_id(self) -> None:
+        return None  # byte-level: nothing is unknown
+
     def merges(self) -> list[tuple[str, str]]:
         return sorted(self.ranks, key=self.ranks.__getitem__)
 
@@ -138,6 +142,15 @@ class ByteLevelBPE:
     def decode(self, ids: Iterable[int]) -> str:
         """Text of ids; bytes that are not valid UTF-8 become U+FFFD."""
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    # ---- equality (a resumed run's vocabulary must be the one it trained with)
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ByteLevelBPE):
+            return NotImplemented
+        return self.vocab == other.vocab and self.ranks == other.ranks
+
+    def __hash__(self) -> int:
+        return hash((self.vocab_size, len(self.ranks)))
 
     # ---- files
     @classmethod

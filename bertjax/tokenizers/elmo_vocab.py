@@ -108,9 +108,9 @@ def read_vocab(path: str | os.PathLike) -> list[str]:
 class ElmoVocabulary:
     """A word vocabulary in bilm-tf's layout: ids of tokens (unknown words -> <UNK>).
 
-    Plain python, so embedding needs no TensorFlow; `bertjax.data.elmo.examples` wraps it as a
-    seqio vocabulary for the pipeline. Encoding adds no <S> / </S>: callers add them around
-    each sentence.
+    Plain python, so embedding needs no TensorFlow; `bertjax.data.vocabularies.WordsSeqio`
+    wraps it as a seqio vocabulary for the pipeline. Encoding adds no <S> / </S>: callers add
+    them around each sentence.
     """
 
     def __init__(self, path: str | os.PathLike) -> None:

@@ -262,10 +262,9 @@ class WordPieceVocabulary:
 
     `encode` (python) and `encode_tf` (TF ops, for `dataset.map`) give identical ids.
     No EOS/BOS: BERT marks sequences with [CLS]/[SEP], added by the task preprocessors.
-    It follows seqio's Vocabulary protocol (`encode`, `decode`, `encode_tf`, `decode_tf`,
-    `vocab_size`, `eos_id`, ...) without deriving from it: this module imports neither seqio
-    nor TensorFlow (the TF path is `wordpiece_tf.py`, imported when first used), so tools that
-    tokenize only in python start without them.
+    This module imports neither seqio nor TensorFlow (the TF path is `wordpiece_tf.py`,
+    imported when first used), so tools that tokenize only in python start without them; the
+    seqio vocabulary over it is `bertjax.data.vocabularies.WordPieceSeqio`.
     """
 
     def __init__(self, vocab_path: str | os.PathLike, lower_case: bool,
@@ -445,7 +444,7 @@ class WordPieceVocabulary:
 
         return wordpiece_tf.decode(ids, self._tokens, self.unk_id, self.pad_id)
 
-    # ---- equality and pickling (seqio compares and pickles vocabularies)
+    # ---- equality and pickling (a resumed run compares vocabularies; seqio pickles them)
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_word_cache": {}}
 

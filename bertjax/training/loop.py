@@ -263,13 +263,32 @@ def check_run(exp: Experiment, mesh: Mesh, workdir: Path) -> None:
 # ---------------------------------------------------------------- the run
 
 
+@dataclasses.dataclass(frozen=True)
+class _Schedule:
+    """What the steps of a phase read of the experiment: when to log, checkpoint and stop,
+    the global batch, the progress bar's labels and the data's padded length. The objective,
+    optimizer and source stay with `_train_phases`, which builds the trainer and batches."""
+
+    num_steps: int
+    batch_size: int  # global
+    log_every: int
+    checkpoint_every: int
+    labels: tuple  # the objective's progress labels (ProgressBar)
+    padded_length: Callable[[Batch, int], int]  # the source's: slots a batch fills per row
+
+    @classmethod
+    def of(cls, exp: Experiment) -> "_Schedule":
+        return cls(exp.num_steps, exp.batch_size, exp.log_every, exp.checkpoint_every,
+                   exp.objective.progress, exp.source.padded_length)
+
+
 @dataclasses.dataclass
 class _RunContext:
-    """What every phase of one run shares: the experiment, where it writes, what ends it,
+    """What every phase of one run shares: its schedule, where it writes, what ends it,
     and where the data stands (`position`, saved in every checkpoint; the phase's
     `batches`, released when the phase or the run ends)."""
 
-    exp: Experiment
+    schedule: _Schedule
     workdir: Path
     checkpointer: Checkpointer
     writer: MetricWriter
@@ -307,12 +326,14 @@ def train(exp: Experiment, workdir: Path, mesh: Mesh, signals: preemption.StopSi
     # the run holds the workdir's lease: only it sets unreadable checkpoints aside
     checkpointer = Checkpointer(workdir, keep=exp.keep_checkpoints, quarantine=True)
     writer = MetricWriter(workdir)
-    run = _RunContext(exp, workdir, checkpointer, writer, _Guards(exp, signals, checkpointer),
+    guards = _Guards(exp.nonfinite, exp.max_nonfinite, signals, checkpointer)
+    run = _RunContext(_Schedule.of(exp), workdir, checkpointer, writer, guards,
                       _Evaluation(evaluator, workdir, writer) if evaluator else None,
                       show_progress)
+    summary: dict[str, float]
     state, start_step, summary, stopped = None, 0, {}, None
     try:
-        state, start_step, summary, stopped = _train_phases(run, mesh, initial_params)
+        state, start_step, summary, stopped = _train_phases(exp, run, mesh, initial_params)
         if state is not None and int(state.step) > start_step and not stopped:
             checkpointer.save(int(state.step), state, run.position, force=True)
     except OSError as err:  # metrics, events or records on a full disk: path and size
@@ -335,11 +356,13 @@ def train(exp: Experiment, workdir: Path, mesh: Mesh, signals: preemption.StopSi
                      late)
 
 
-def _train_phases(run: _RunContext, mesh: Mesh, initial_params: Callable[[Params], Params] | None
+def _train_phases(exp: Experiment, run: _RunContext, mesh: Mesh,
+                  initial_params: Callable[[Params], Params] | None
                   ) -> tuple[TrainState | None, int, dict, str | None]:
-    """Every sequence-length phase in turn, restoring or initialising the state at the
-    first: (state, the step the run started at, the last metrics, why it stopped)."""
-    exp, signals = run.exp, run.guards.signals
+    """Every sequence-length phase of `exp` in turn, restoring or initialising the state at
+    the first: (state, the step the run started at, the last metrics, why it stopped)."""
+    signals = run.guards.signals
+    summary: dict[str, float]
     state, start_step, summary, stopped = None, 0, {}, None
     for index, (end_step, length) in enumerate(phase_plan(exp.num_steps, exp.seq_phases)):
         trainer = build_trainer(exp.objective, exp.optimizer, mesh, exp.batch_size, length,
@@ -394,9 +417,11 @@ class _Guards:
     or non-finite steps (skipped by the step; too many in a row, or any with
     train.nonfinite = 'stop', fail the run with one line)."""
 
-    def __init__(self, exp: Experiment, signals: preemption.StopSignals,
+    def __init__(self, nonfinite: str, max_nonfinite: int, signals: preemption.StopSignals,
                  checkpointer: Checkpointer):
-        self.exp, self.signals, self.checkpointer = exp, signals, checkpointer
+        # train.nonfinite ("skip" or "stop") and train.max_nonfinite (skips in a row)
+        self.nonfinite, self.max_nonfinite = nonfinite, max_nonfinite
+        self.signals, self.checkpointer = signals, checkpointer
         self.pending: list[tuple[int, Any]] = []  # (step, its nonfinite flag, on device)
         self.in_a_row = self.skipped = 0
         self.failure: str | None = None
@@ -418,7 +443,7 @@ class _Guards:
         for step, flag in zip(steps, bad, strict=True):
             self.in_a_row = self.in_a_row + 1 if flag else 0
             self.skipped += int(flag)
-            if flag and (self.exp.nonfinite == "stop" or self.in_a_row >= self.exp.max_nonfinite):
+            if flag and (self.nonfinite == "stop" or self.in_a_row >= self.max_nonfinite):
                 self.failure = self.failure or (
                     f"the loss or its gradients are not finite at step {step} ({self.in_a_row} "
                     "step(s) in a row, updates skipped): lower make_optimizer.learning_rate or "
@@ -489,10 +514,10 @@ def _restore_or_init(trainer: Trainer, checkpointer: Checkpointer,
 
 def _record(exp: Experiment, workdir: Path) -> None:
     """The tokenizer files and model.json, once the run is sure to start (process 0)."""
-    tokenizer = exp.source.save(workdir) or {}
+    tokenizer, facts = exp.source.save(workdir) or {}, run_facts(exp)
     if jax.process_index() == 0:
         workdir_lib.write_record(workdir, exp.objective.family, exp.objective.name,
-                                 exp.objective.config, tokenizer, run_facts(exp))
+                                 exp.objective.config, tokenizer, facts)
 
 
 def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
@@ -501,26 +526,26 @@ def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
     stopped); `run.position` follows the data. A log step's metrics are written once the
     step after it is queued (_OneStepBehind), and before an evaluation, a checkpoint and the
     phase's end."""
-    exp, guards, trainer, evaluation = run.exp, run.guards, phase.trainer, run.evaluation
+    plan, guards, trainer, evaluation = run.schedule, run.guards, phase.trainer, run.evaluation
     step, index = int(state.step), run.position["example_index"]
-    labels = exp.objective.progress + (evaluation.labels if evaluation else ())
-    progress = ProgressBar(exp.num_steps, step, labels, enabled=run.show_progress)
+    labels = plan.labels + (evaluation.labels if evaluation else ())
+    progress = ProgressBar(plan.num_steps, step, labels, enabled=run.show_progress)
     log = _OneStepBehind(run.writer, guards, progress)
     last_time, stopped = time.perf_counter(), None
     tokens = real_tokens = 0  # token slots (padding included) and real tokens since the last log
     try:
         while step < phase.end_step and not stopped:
             batch = next(phase.batches)
-            slots = exp.batch_size * exp.source.padded_length(batch, phase.seq_length)
+            slots = plan.batch_size * plan.padded_length(batch, phase.seq_length)
             tokens, real_tokens = tokens + slots, real_tokens + _real_tokens(batch, slots)
             state, metrics = trainer.step(state, trainer.device_batch(batch))
             if not guards.signals.training:  # compiled and dispatched: a signal now saves and stops
                 guards.signals.started()
-            step, index = step + 1, index + exp.batch_size
+            step, index = step + 1, index + plan.batch_size
             run.position = {"phase": run.position["phase"], "example_index": index}
             log.write()  # the previous log step's, now that this step is queued behind it
-            log_step = step % exp.log_every == 0 or step == phase.end_step
-            checkpoint_step = step % exp.checkpoint_every == 0 and step < exp.num_steps
+            log_step = step % plan.log_every == 0 or step == phase.end_step
+            checkpoint_step = step % plan.checkpoint_every == 0 and step < plan.num_steps
             stopped = guards.stop_reason(step, metrics, agree=log_step or checkpoint_step)
             progress.update(step, None)
             if log_step or stopped:
@@ -530,7 +555,7 @@ def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
                     "real_tokens_per_second": real_tokens / (now - last_time),
                     "seq_length": phase.seq_length}))
                 last_time, tokens, real_tokens = now, 0, 0
-            if evaluation and (step % evaluation.every == 0 or step == exp.num_steps):
+            if evaluation and (step % evaluation.every == 0 or step == plan.num_steps):
                 log.write()
                 progress.note(evaluation(step, state))
             if stopped or checkpoint_step:

@@ -1,5 +1,7 @@
 """Training state: one pytree holding everything a resume needs from the device side."""
 
+from collections.abc import Mapping
+
 import flax.struct
 import jax
 import optax
@@ -20,7 +22,7 @@ class TrainState:
 
 
 def create_state(params: Params, tx: optax.GradientTransformation, seed: int,
-                 carry: dict[str, jax.typing.ArrayLike] | None = None) -> TrainState:
+                 carry: Mapping[str, jax.Array] | None = None) -> TrainState:
     """Fresh state at step 0 for `params` (and the initial `carry`)."""
     return TrainState(
         step=jax.numpy.zeros((), jax.numpy.int32),

@@ -67,9 +67,9 @@ def test_mismatched_files_fail_with_one_line(bpe, tmp_path):
 
 def test_seqio_vocabulary_tf_path_matches_python(bpe):
     tf = pytest.importorskip("tensorflow")
-    from bertjax.tokenizers.bpe_vocab import ByteLevelBPEVocabulary
+    from bertjax.data.vocabularies import BpeSeqio
 
-    vocab = ByteLevelBPEVocabulary(bpe)
+    vocab = BpeSeqio(bpe)
     assert vocab.vocab_size == 300 and vocab.eos_id == bpe.eos_id
     got = vocab.encode_tf(tf.constant(TEXTS[:3])).to_list()
     assert got == [bpe.encode(t) for t in TEXTS[:3]]

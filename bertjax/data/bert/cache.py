@@ -55,6 +55,7 @@ from bertjax.data.bert.instances import (
 )
 from bertjax.data.bert.masking import SpecialIds, continuation_mask
 from bertjax.data.source import DataError
+from bertjax.data.vocabularies import WordPieceSeqio
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
 
 SETTINGS_OPTION = "bertjax_cache_settings"  # the Beam pipeline option
@@ -215,7 +216,8 @@ class StaticGroupsSource(seqio.DataSource):
 def register(settings: Settings) -> seqio.Task:
     """Register (or replace) the cache Task of `settings`."""
     name = task_name(settings)
-    vocab = _local_vocab(settings.vocab, settings.lower_case)
+    tokenizer = _local_vocab(settings.vocab, settings.lower_case)
+    vocab = WordPieceSeqio(tokenizer)
     features = {
         key: seqio.Feature(vocab if key in documents.ID_FEATURES
                            else seqio.PassThroughVocabulary(1), add_eos=False,

@@ -23,8 +23,6 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-import seqio
-import tensorflow as tf
 
 from bertjax.data.source import DataError
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, word_char_ids
@@ -184,44 +182,3 @@ def feature_spec(mode: str, seq_length: int, max_chars: int, chars: bool) -> dic
         spec.update({name: ((T, C), np.int32) for name in char_names})
     return spec
 
-
-class SeqioWordVocabulary(seqio.Vocabulary):
-    """An ElmoVocabulary as a seqio vocabulary (for the tasks' output features)."""
-
-    def __init__(self, vocab: ElmoVocabulary) -> None:
-        super().__init__(extra_ids=0)
-        self.vocab = vocab
-
-    @property
-    def _base_vocab_size(self) -> int:
-        return self.vocab.vocab_size
-
-    @property
-    def eos_id(self) -> int:
-        return self.vocab.eos_id
-
-    @property
-    def unk_id(self) -> int:
-        return self.vocab.unk_id
-
-    def _encode(self, s: str) -> list[int]:
-        return self.vocab.encode(s)
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self.vocab.decode(ids)
-
-    def _encode_tf(self, s: tf.Tensor) -> tf.Tensor | tf.RaggedTensor:
-        init = tf.lookup.KeyValueTensorInitializer(
-            tf.constant(self.vocab.tokens), tf.range(self.vocab.vocab_size, dtype=tf.int32))
-        table = tf.lookup.StaticHashTable(init, default_value=self.vocab.unk_id)
-        return table.lookup(tf.strings.split(s))
-
-    def _decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
-        words = tf.gather(tf.constant(self.vocab.tokens), ids)
-        return tf.strings.reduce_join(words, axis=-1, separator=" ")
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, SeqioWordVocabulary) and self.vocab == other.vocab
-
-    def __hash__(self) -> int:
-        return hash(self.vocab)

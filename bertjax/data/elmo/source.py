@@ -18,7 +18,6 @@ import numpy as np
 from bertjax.data.elmo.examples import (
     MODES,
     EncodedCorpus,
-    SeqioWordVocabulary,
     encode_corpus,
     feature_spec,
     iterate_sentences,
@@ -28,6 +27,7 @@ from bertjax.data.elmo.examples import (
 )
 from bertjax.data.source import Example, FeatureSpec, Source
 from bertjax.data.store.format import Chunk
+from bertjax.data.vocabularies import WordsSeqio
 from bertjax.tokenizers.elmo_vocab import (
     BOS,
     EOS,
@@ -49,6 +49,7 @@ class ElmoSource(Source):
     setting = "elmo_source"
     vocab_kind, vocab_files = "words", {"vocab": "elmo_vocab.txt"}
     id_features = ("token_ids", "next_token_ids", "reverse_token_ids", "reverse_next_token_ids")
+    seqio_vocabulary = WordsSeqio
 
     def __init__(self, corpus: str = "stdlib", corpus_format: str = "bert", mode: str = "sentence",
                  vocab: str = "learn", vocab_size: int = 793471, min_count: int = 1,
@@ -78,11 +79,11 @@ class ElmoSource(Source):
         write_vocab(learn_vocabulary(view, vocab_size, self.min_count),
                     directory / self.vocab_files["vocab"])
 
-    def load_vocab(self, files: dict[str, pathlib.Path]) -> SeqioWordVocabulary:
-        return SeqioWordVocabulary(ElmoVocabulary(files["vocab"]))
+    def load_vocab(self, files: dict[str, pathlib.Path]) -> ElmoVocabulary:
+        return ElmoVocabulary(files["vocab"])
 
     def encode(self, view: Sequence) -> None:
-        self.corpus = encode_corpus(view, self.vocab.vocab, self.max_chars)
+        self.corpus = encode_corpus(view, self.vocab, self.max_chars)
 
     # A token store of ELMo holds type ids: the ids of the corpus's own word types, each
     # shard naming the types it is the first to use, so a run derives word and character ids
@@ -104,7 +105,7 @@ class ElmoSource(Source):
 
     def from_store(self, store: TokenStore) -> None:
         types = [BOS, EOS, *store.types()]
-        self.corpus = typed_corpus(types, store.sentences(), self.vocab.vocab, self.max_chars)
+        self.corpus = typed_corpus(types, store.sentences(), self.vocab, self.max_chars)
 
     def tokenizer_options(self) -> dict[str, Any]:
         return {"word_tokenizer": self.tokenizer}

@@ -24,8 +24,8 @@ import numpy as np
 
 from bertjax.data.source import DataError, Example, FeatureSpec, Source
 from bertjax.data.store.format import Chunk
-from bertjax.tokenizers.bpe import learn_bpe
-from bertjax.tokenizers.bpe_vocab import ByteLevelBPEVocabulary
+from bertjax.data.vocabularies import BpeSeqio
+from bertjax.tokenizers.bpe import ByteLevelBPE, learn_bpe
 
 if TYPE_CHECKING:
     from bertjax.data.store.reader import TokenStore
@@ -84,6 +84,7 @@ class LmPretrainingSource(Source):
     setting, task_prefix = "lm_pretraining_source", "lm"
     vocab_kind, vocab_files = "bpe", {"vocab": "vocab.json", "merges": "merges.txt"}
     id_features = ("input_ids", "target_ids")
+    seqio_vocabulary = BpeSeqio
 
     def __init__(self, corpus: str = "stdlib", corpus_format: str = "bert", vocab: str = "learn",
                  vocab_size: int = 50257, shuffle: bool = True, seed: int = 0,
@@ -100,11 +101,11 @@ class LmPretrainingSource(Source):
     def learn_vocab(self, view: Sequence, vocab_size: int, directory: pathlib.Path) -> None:
         learn_bpe(_prefix(view, LEARN_CHARS), vocab_size).save(directory)
 
-    def load_vocab(self, files: dict[str, pathlib.Path]) -> ByteLevelBPEVocabulary:
-        return ByteLevelBPEVocabulary.from_files(files["vocab"], files["merges"])
+    def load_vocab(self, files: dict[str, pathlib.Path]) -> ByteLevelBPE:
+        return ByteLevelBPE.from_files(files["vocab"], files["merges"])
 
     def encode(self, view: Sequence) -> None:
-        bpe = self.vocab.bpe
+        bpe = self.vocab
         self.stream = pack_documents([bpe.encode(t) for t in view], bpe.eos_id)
 
     # A token store of GPT ids holds the stream itself: each document's ids and its EOS as
@@ -112,7 +113,7 @@ class LmPretrainingSource(Source):
     store_family = "gpt"
 
     def encode_documents(self, documents: list[list[str]]) -> Chunk:
-        bpe = self.vocab.bpe
+        bpe = self.vocab
         ids = [bpe.encode(t) for t in self.corpus_view(documents)]
         lengths = np.array([len(i) + 1 for i in ids], np.int64)
         return Chunk(pack_documents(ids, bpe.eos_id), lengths, np.ones(len(ids), np.int64))

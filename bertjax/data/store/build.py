@@ -28,7 +28,7 @@ import os
 import pathlib
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +51,9 @@ from bertjax.data.store.format import (
     vocabulary_digest,
 )
 from bertjax.data.store.lock import build_lock
+
+if TYPE_CHECKING:
+    from bertjax.data.source import Source
 
 SHARD_CHARS = 32_000_000  # characters of text per shard: about 8M ids, 16 MB as uint16
 _STORE_FILE = re.compile(r"^(?:(?:tokens|index|types)-\d{5}\.(?:bin|npy|json)|manifest\.json|"
@@ -179,7 +182,7 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
     return _build_here(encoder, vocab_files, family, settings, out, identity, workers)
 
 
-def _build_here(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
+def _build_here(encoder: Source, vocab_files: dict[str, pathlib.Path], family: str,
                 settings: dict[str, Any], out: pathlib.Path, identity: Manifest, workers: int
                 ) -> Manifest:
     """`build` into the local directory `out`, under its lock."""
@@ -202,7 +205,7 @@ def _build_here(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
         return _build(encoder, vocab_files, family, settings, out, identity, workers)
 
 
-def _build(encoder: Any, vocab_files: dict[str, pathlib.Path], family: str,
+def _build(encoder: Source, vocab_files: dict[str, pathlib.Path], family: str,
            settings: dict[str, Any], out: pathlib.Path, identity: Manifest, workers: int
            ) -> Manifest:
     from bertjax.data.source import stream_documents

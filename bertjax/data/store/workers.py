@@ -20,9 +20,12 @@ import os
 import signal
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertjax.data.store.format import Chunk, StoreError
+
+if TYPE_CHECKING:
+    from bertjax.data.source import Source
 
 # The family's pretraining source, which brings the tokenizer and the encode path.
 FAMILIES = {
@@ -32,7 +35,7 @@ FAMILIES = {
 }
 
 
-def family_source(family: str, **settings: Any) -> Any:
+def family_source(family: str, **settings: Any) -> Source:
     """The family's pretraining source with `settings` (its gin settings); one line for an
     unknown family or a setting it does not take."""
     if family not in FAMILIES:
