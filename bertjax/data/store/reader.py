@@ -232,3 +232,24 @@ def read_manifest(path: files.Path) -> Manifest:
 def open_store(path: str | os.PathLike) -> TokenStore:
     """The store at `path` (local or gs://), checked; see `TokenStore`."""
     return TokenStore(path)
+
+
+def store_summary(path: str | os.PathLike, family: str, model_vocab_size: int | None) -> str:
+    """One line on the store at `path` for a run of `family` whose model has
+    `model_vocab_size` ids (bertjax-compile's report), from its manifest alone (a few KB, also
+    on gs://); one line when the store is not one such a run can read."""
+    where = files.as_path(path)
+    manifest = read_manifest(where)
+    if manifest.family != family:
+        raise StoreError(f"{where} holds {manifest.family} ids, not {family}: point the run's "
+                         f"corpus at a store built with bertjax-prepare --family={family}")
+    if model_vocab_size is not None and manifest.vocab_size > model_vocab_size:
+        raise StoreError(f"{where} holds ids of a vocabulary of {manifest.vocab_size}, more "
+                         f"than the model's vocab_size {model_vocab_size}: set the model "
+                         "config's vocab_size to at least that, or rebuild the store")
+    counts = manifest.counts()
+    options = ", ".join(f"{k}={v}" for k, v in sorted(manifest.options.items()))
+    return (f"data: token store {where} ({manifest.family}{', ' + options if options else ''}):"
+            f" {counts['documents']:,} documents, {counts['tokens']:,} tokens in "
+            f"{len(manifest.shards)} shard(s), vocabulary of {manifest.vocab_size:,} from its "
+            "manifest, read in place by every host")
