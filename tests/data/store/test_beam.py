@@ -3,9 +3,11 @@ shards, index, word types, tokenizer files and manifest, for any worker count.""
 
 import pytest
 
+from bertjax import files
 from bertjax.data.store import build as build_lib
 from bertjax.data.store.format import MANIFEST, StoreError
 from bertjax.data.store.reader import open_store
+from tests.gcs import gcs_bucket  # noqa: F401 - the fixture
 
 from .test_build import SHARD_CHARS, contents
 
@@ -13,8 +15,8 @@ beam_lib = pytest.importorskip("bertjax.data.store.beam")
 pytest.importorskip("apache_beam")
 
 
-@pytest.mark.parametrize("family, corpus_format", [("bert", "plain"), ("gpt", "bert"),
-                                                   ("elmo", "bert")])
+@pytest.mark.parametrize("family, corpus_format", [
+    ("bert", "plain"), pytest.param("gpt", "bert", marks=pytest.mark.slow), ("elmo", "bert")])
 def test_the_beam_build_writes_the_local_builds_bytes(family, corpus_format, wiki_slice,
                                                       learned_vocab, tmp_path):
     """Real text (WikiText-2 valid), several shards; ELMo's word types are assigned over the
@@ -55,3 +57,23 @@ def test_a_finished_beam_store_is_kept_and_bad_input_refused(wiki_slice, learned
     (tmp_path / "full" / "notes.txt").write_text("x")
     with pytest.raises(StoreError, match="holds other files"):
         beam_lib.build_on_beam("gpt", str(wiki_slice), vocab, tmp_path / "full")
+
+
+def test_the_beam_build_writes_into_gs_in_place(wiki_slice, learned_vocab, tmp_path,
+                                                gcs_bucket):  # noqa: F811 - the fixture
+    """--out=gs://: the workers write each shard whole into the bucket (as on Dataflow), the
+    manifest last; the objects are the local build's bytes, and a rerun finds it finished."""
+    vocab = str(learned_vocab("bert"))
+    local = tmp_path / "local"
+    build_lib.build("bert", str(wiki_slice), vocab, local, shard_chars=SHARD_CHARS)
+    remote = f"{gcs_bucket}/beam/bert"
+    manifest = beam_lib.build_on_beam("bert", str(wiki_slice), vocab, remote,
+                                      shard_chars=SHARD_CHARS)
+    expected = contents(local)
+    listed = sorted(f"{directory}/{name}"[len(remote) + 1:]
+                    for directory, _, names in files.walk(remote) for name in names)
+    assert listed == sorted(expected)
+    for name, data in expected.items():
+        assert files.as_path(f"{remote}/{name}").read_bytes() == data, name
+    assert beam_lib.build_on_beam("bert", str(wiki_slice), vocab, remote,
+                                  shard_chars=SHARD_CHARS) == manifest
