@@ -56,43 +56,57 @@ class BlockCache:
     def get(self, path: str, size: int, wanted: Iterable[int]) -> dict[int, bytes]:
         """{block: its bytes} of file `path` (`size` bytes long) for the `wanted` blocks,
         the missing ones fetched in one batch of ranged requests."""
-        wanted = sorted(set(wanted))
+        found = self.get_many({path: (size, wanted)})
+        return {b: data for (_, b), data in found.items()}
+
+    def get_many(self, wanted: dict[str, tuple[int, Iterable[int]]]
+                 ) -> dict[tuple[str, int], bytes]:
+        """{(file, block): bytes} for {file: (its size, the blocks wanted)}: every missing
+        block of every file in one batch of concurrent ranged requests."""
         with self.lock:
-            found = {}
-            for b in wanted:
-                if (path, b) in self.blocks:
-                    self.blocks.move_to_end((path, b))
-                    found[b] = self.blocks[(path, b)]
-            missing = [b for b in wanted if b not in found]
+            found: dict[tuple[str, int], bytes] = {}
+            missing: dict[str, tuple[int, list[int]]] = {}
+            for path, (size, blocks) in wanted.items():
+                for b in sorted(set(blocks)):
+                    if (path, b) in self.blocks:
+                        self.blocks.move_to_end((path, b))
+                        found[(path, b)] = self.blocks[(path, b)]
+                    else:
+                        missing.setdefault(path, (size, []))[1].append(b)
             if missing:
-                fetched = self._fetch(path, size, missing)
+                fetched = self._fetch(missing)
                 found.update(fetched)
-                for b, data in fetched.items():
-                    self._keep((path, b), data)
+                for key, data in fetched.items():
+                    self._keep(key, data)
             return found
 
-    def _fetch(self, path: str, size: int, blocks: list[int]) -> dict[int, bytes]:
-        """{block: bytes} of `blocks` (sorted), one request per run of consecutive blocks,
-        the runs fetched concurrently."""
-        runs: list[list[int]] = []
-        for b in blocks:
-            if runs and runs[-1][-1] + 1 == b:
-                runs[-1].append(b)
-            else:
-                runs.append([b])
-        starts = [run[0] * self.block_bytes for run in runs]
-        ends = [min(size, (run[-1] + 1) * self.block_bytes) for run in runs]
-        with files.reaching(path):
-            data = files.filesystem(path).cat_ranges([path] * len(runs), starts, ends,
-                                                     on_error="raise")
+    def _fetch(self, missing: dict[str, tuple[int, list[int]]]
+               ) -> dict[tuple[str, int], bytes]:
+        """{(file, block): bytes} of the `missing` blocks (sorted, per file), one request per
+        run of consecutive blocks, all runs fetched concurrently."""
+        runs: list[tuple[str, list[int]]] = []
+        ends: list[int] = []
+        for path, (size, blocks) in missing.items():
+            for b in blocks:
+                if runs and runs[-1][0] == path and runs[-1][1][-1] + 1 == b:
+                    runs[-1][1].append(b)
+                    ends[-1] = min(size, (b + 1) * self.block_bytes)
+                else:
+                    runs.append((path, [b]))
+                    ends.append(min(size, (b + 1) * self.block_bytes))
+        paths = [path for path, _ in runs]
+        starts = [run[0] * self.block_bytes for _, run in runs]
+        first = paths[0]
+        with files.reaching(first):
+            data = files.filesystem(first).cat_ranges(paths, starts, ends, on_error="raise")
         found = {}
-        for run, start, chunk in zip(runs, starts, data, strict=True):
+        for (path, run), start, chunk in zip(runs, starts, data, strict=True):
             if isinstance(chunk, BaseException):
                 raise files.unreachable(path, chunk)
             for b in run:
                 lo = b * self.block_bytes - start
-                found[b] = bytes(chunk[lo:lo + self.block_bytes])
-        self.fetched.extend((path, b) for b in blocks)
+                found[(path, b)] = bytes(chunk[lo:lo + self.block_bytes])
+                self.fetched.append((path, b))
         return found
 
     def _keep(self, key: tuple[str, int], data: bytes) -> None:
@@ -101,6 +115,21 @@ class BlockCache:
         while self.held > self.max_bytes and self.blocks:
             _, dropped = self.blocks.popitem(last=False)
             self.held -= len(dropped)
+
+
+def prefetch(parts: list, positions: list[np.ndarray]) -> None:
+    """Fetch, in one batch of concurrent requests, the blocks that hold `positions[k]` of
+    `parts[k]` for every part that is a RangedShard (sharing one cache): a gather across
+    shards then costs one round trip, not one per shard."""
+    wanted, cache = {}, None
+    for part, where in zip(parts, positions, strict=True):
+        if isinstance(part, RangedShard) and where.size:
+            cache = part.cache
+            per_block = cache.block_bytes // part.dtype.itemsize
+            wanted[part.path] = (part.size * part.dtype.itemsize,
+                                 np.unique(where // per_block).tolist())
+    if cache is not None and len(wanted) > 1:
+        cache.get_many(wanted)
 
 
 class RangedShard:

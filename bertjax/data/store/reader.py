@@ -72,6 +72,9 @@ class TokenArray:
             return self.parts[0][positions].astype(np.int32)
         out = np.empty(positions.shape, np.int32)
         part = np.searchsorted(self.starts, positions, side="right") - 1
+        touched = np.unique(part).tolist()
+        ranged.prefetch([self.parts[p] for p in touched],
+                        [positions[part == p] - self.starts[p] for p in touched])
         for p in np.unique(part):
             where = part == p
             out[where] = self.parts[p][positions[where] - self.starts[p]]

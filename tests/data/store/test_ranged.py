@@ -35,3 +35,27 @@ def test_ranged_reads_give_the_ids_and_fetch_each_block_once(dtype, gcs_bucket, 
     np.testing.assert_array_equal(np.asarray(shard), ids)
     with pytest.raises(IndexError):
         shard[np.array([ids.size])]
+
+
+def test_a_gather_across_shards_is_one_batch_of_requests(gcs_bucket, monkeypatch):  # noqa: F811
+    """BERT gathers a block of examples' ids spread over many shards at once: their missing
+    blocks are fetched in one `cat_ranges` call, not one per shard."""
+    from bertjax.data.store.reader import TokenArray
+
+    rng = np.random.default_rng(2)
+    cache = ranged.BlockCache(block_bytes=256)
+    parts, whole = [], []
+    for number in range(3):
+        ids = rng.integers(0, 30000, 1000).astype(np.uint16)
+        path = f"{gcs_bucket}/ranged/gather-{number}.bin"
+        files.write_bytes(path, ids.tobytes())
+        parts.append(ranged.RangedShard(files.as_path(path), np.uint16, ids.size, cache))
+        whole.append(ids)
+    fs = files.filesystem(f"{gcs_bucket}/ranged/gather-0.bin")
+    calls = []
+    plain = fs.cat_ranges
+    monkeypatch.setattr(fs, "cat_ranges", lambda *a, **k: calls.append(a) or plain(*a, **k))
+    positions = rng.integers(0, 3000, (4, 16))
+    got = TokenArray(parts)[positions]
+    np.testing.assert_array_equal(got, np.concatenate(whole)[positions])
+    assert len(calls) == 1 and len(set(calls[0][0])) == 3
