@@ -52,7 +52,8 @@ def define_flags() -> None:
         (string, "vocab", None, "An existing vocabulary: a directory holding its files (a "
                                 "run's workdir) or their comma-separated paths."),
         (string, "out", None, "Directory of the store, local or gs:// (new or empty, or a "
-                              "build to resume); gs:// is built on local disk, then uploaded."),
+                              "build to resume); the local runner builds gs:// on local disk, "
+                              "then uploads it; Beam writes it in place."),
         (integer, "workers", min(os.cpu_count() or 1, 8),
          "Processes that tokenize shards at once (each imports TensorFlow: about 1 GB)."),
         (flags.DEFINE_float, "shard_mb", build_lib.SHARD_CHARS / 10**6,
@@ -65,7 +66,8 @@ def define_flags() -> None:
         runner.define_once(define, name, default, help_text)
     runner.define_once(flags.DEFINE_enum, "runner", "local", ["local", "beam"],
                        "local (--workers processes on this machine) or beam (Apache Beam: "
-                       "DirectRunner, or Dataflow with Beam's options after --).")
+                       "DirectRunner, or Dataflow with Beam's options after --; Beam chooses "
+                       "its own worker count).")
 
 
 def main(beam_args: list[str]) -> None:
