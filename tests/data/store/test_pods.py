@@ -12,6 +12,7 @@ from bertjax import files
 from bertjax.data.store import build as build_lib
 from bertjax.data.store import ranged
 from bertjax.data.store.format import tokens_name
+from bertjax.data.store.reader import open_store
 from tests.gcs import gcs_bucket  # noqa: F401 - the fixture
 
 from .conftest import FAMILIES
@@ -99,3 +100,26 @@ def test_two_hosts_read_a_gs_store_in_place_and_fetch_only_their_blocks(
             assert len(fetched) * BLOCK < store_bytes / 4
         fetched_by_host.append(fetched)
     assert fetched_by_host[0] != fetched_by_host[1]
+
+
+def test_elmo_reads_each_gs_shard_whole_once(wiki_slice, learned_vocab, tmp_path,
+                                             gcs_bucket):  # noqa: F811 - the fixture
+    """ELMo cuts every sentence when it opens the store: each shard is read whole, once, in
+    place (no local copy), and the examples are those of a local copy."""
+    local, remote = tmp_path / "store", f"{gcs_bucket}/pods/elmo"
+    manifest = build_lib.build("elmo", str(wiki_slice), str(learned_vocab("elmo")), local,
+                               corpus_format="bert", shard_chars=SHARD_CHARS * 3)
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            files.copy(path, f"{remote}/{path.relative_to(local)}")
+    cls = FAMILIES["elmo"][0]
+    mine, theirs = cls(corpus=f"store:{local}", seed=2), cls(corpus=f"store:{remote}", seed=2)
+    mine.prepare(tmp_path / "local")
+    theirs.prepare(tmp_path / "remote")
+    assert_same(next(mine.example_blocks(20, 4, 3, 1, 2)),
+                next(theirs.example_blocks(20, 4, 3, 1, 2)))
+    shards = [s for s in range(len(manifest.shards)) if manifest.shards[s].tokens]
+    store = open_store(remote)
+    store.sentences()
+    assert sorted(store.cache.whole) == [f"{remote}/{tokens_name(s)}" for s in shards]
+    assert not store.cache.fetched
