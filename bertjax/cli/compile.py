@@ -20,6 +20,7 @@ from absl import flags
 
 from bertjax.cli import gin_utils, runner
 from bertjax.training import aot
+from bertjax.training.experiment import Experiment
 from bertjax.training.step import StepOptions
 
 PROGRAM = "bertjax-compile"
@@ -44,6 +45,7 @@ class CompileResult:
     accum_steps: int
     phases: list[aot.PhaseReport]
     seconds: float  # wall time to build, lower and compile every phase
+    data: str = ""  # what the run reads, when that is known without reading it (a store)
 
     @property
     def fits(self) -> bool:
@@ -56,7 +58,8 @@ def compile_experiment(
     """Parse the gin files from scratch and compile every phase of the experiment they describe.
 
     No data is read: batches are abstract, shaped as the objective's. The step compiled is the
-    one the training loop runs, carried state (ELMo's stream mode) included.
+    one the training loop runs, carried state (ELMo's stream mode) included. A corpus that is
+    a token store (store:PATH, local or gs://) has its manifest checked against the model.
     """
     start = time.perf_counter()
     gin.clear_config()
@@ -67,6 +70,7 @@ def compile_experiment(
     accel = aot.accelerator_of(devices)
     mesh = gin.get_configurable("bertjax.make_mesh")(devices=devices)  # meshes/*.gin
     gin_utils.check_all_read()
+    data = data_line(exp)
     phases = aot.compile_phases(
         exp.objective,
         exp.optimizer,
@@ -89,7 +93,20 @@ def compile_experiment(
         exp.accum_steps,
         phases,
         time.perf_counter() - start,
+        data,
     )
+
+
+def data_line(exp: Experiment) -> str:
+    """The report's line on a token-store corpus (its manifest, checked against the model);
+    "" for other corpora, which are read only when the run starts."""
+    store = getattr(exp.source, "store_path", None)
+    if store is None:
+        return ""
+    from bertjax.data.store.reader import store_summary
+
+    return store_summary(store, exp.objective.family,
+                         getattr(exp.objective.config, "vocab_size", None))
 
 
 def _duration(seconds: float) -> str:
@@ -130,6 +147,7 @@ def format_report(result: CompileResult) -> str:
         f"per core: {result.phases[0].hbm_bytes / GiB:.1f} GiB HBM, "
         f"{a.peak_flops / 1e12:.1f} TFLOP/s bf16, {a.hbm_bandwidth / 1e9:.0f} GB/s "
         "(roofline = max(FLOPs / peak, bytes / bandwidth); communication not counted)",
+        *([result.data] if result.data else []),
         "",
         f"{'':>5} {'':>10} {'HBM/core':>9} {'of HBM':>6} {'':>4} {'-- of which, GiB --':>18} "
         f"{'-- TFLOP/step --':>15} {'--- step, ms ---':>15} {'':>7} {'phase':>9} {'compile':>7}",

@@ -14,6 +14,14 @@ ELMo. --workers processes tokenize shards at once; the store's bytes do not depe
 number. A killed build resumes when the same command runs again; finished shards are kept.
 --lower_case (BERT) and --tokenizer (ELMo) are the family source's settings of the same name,
 and a run must use the store's.
+
+--runner=beam builds the same store (byte for byte) as an Apache Beam pipeline
+(bertjax.data.store.beam; pip install 'bertjax[beam]'); Beam's own options follow `--`, the
+DirectRunner when they name no runner:
+
+    bertjax-prepare --runner=beam --family=bert --corpus='gs://B/wiki/*.txt' \\
+        --vocab=gs://B/vocab --out=gs://B/stores/wiki -- --runner=DataflowRunner \\
+        --project=P --region=us-central1 --temp_location=gs://B/tmp --setup_file=./setup.py
 """
 
 import os
@@ -44,7 +52,8 @@ def define_flags() -> None:
         (string, "vocab", None, "An existing vocabulary: a directory holding its files (a "
                                 "run's workdir) or their comma-separated paths."),
         (string, "out", None, "Directory of the store, local or gs:// (new or empty, or a "
-                              "build to resume); gs:// is built on local disk, then uploaded."),
+                              "build to resume); the local runner builds gs:// on local disk, "
+                              "then uploads it; Beam writes it in place."),
         (integer, "workers", min(os.cpu_count() or 1, 8),
          "Processes that tokenize shards at once (each imports TensorFlow: about 1 GB)."),
         (flags.DEFINE_float, "shard_mb", build_lib.SHARD_CHARS / 10**6,
@@ -55,9 +64,13 @@ def define_flags() -> None:
                                         "run's elmo_source.tokenizer)."),
     ):
         runner.define_once(define, name, default, help_text)
+    runner.define_once(flags.DEFINE_enum, "runner", "local", ["local", "beam"],
+                       "local (--workers processes on this machine) or beam (Apache Beam: "
+                       "DirectRunner, or Dataflow with Beam's options after --; Beam chooses "
+                       "its own worker count).")
 
 
-def main() -> None:
+def main(beam_args: list[str]) -> None:
     for name in REQUIRED:
         if not FLAGS[name].present or not FLAGS[name].value:
             raise ValueError(f"--{name} is required: {PROGRAM} --family=bert|gpt|elmo "
@@ -65,11 +78,20 @@ def main() -> None:
     if FLAGS.workers < 1 or FLAGS.shard_mb <= 0:
         raise ValueError(f"--workers={FLAGS.workers} must be >= 1 and --shard_mb="
                          f"{FLAGS.shard_mb} above 0")
+    if beam_args and FLAGS.runner != "beam":
+        raise ValueError(f"unexpected argument {beam_args[0]!r}: Beam's options (after --) go "
+                         "with --runner=beam; flags are --name=value")
     settings = {name: FLAGS[name].value for name in SOURCE_SETTINGS if FLAGS[name].present}
-    manifest = build_lib.build(FLAGS.family, FLAGS.corpus, FLAGS.vocab, FLAGS.out,
-                               workers=FLAGS.workers, corpus_format=FLAGS.corpus_format,
-                               text_key=FLAGS.text_key,
-                               shard_chars=max(1, round(FLAGS.shard_mb * 10**6)), **settings)
+    common = dict(corpus_format=FLAGS.corpus_format, text_key=FLAGS.text_key,
+                  shard_chars=max(1, round(FLAGS.shard_mb * 10**6)), **settings)
+    if FLAGS.runner == "beam":
+        from bertjax.data.store import beam
+
+        manifest = beam.build_on_beam(FLAGS.family, FLAGS.corpus, FLAGS.vocab, FLAGS.out,
+                                      pipeline_args=beam_args, **common)
+    else:
+        manifest = build_lib.build(FLAGS.family, FLAGS.corpus, FLAGS.vocab, FLAGS.out,
+                                   workers=FLAGS.workers, **common)
     counts = manifest.counts()
     print(f"{PROGRAM}: {counts['documents']} documents, {counts['sentences']} sentences, "
           f"{counts['tokens']} tokens in {len(manifest.shards)} shard(s) of {manifest.dtype} "
@@ -81,7 +103,7 @@ def main() -> None:
 def run() -> None:
     """Console-script entry point."""
     define_flags()
-    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__])
+    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__], positional=True)
 
 
 if __name__ == "__main__":

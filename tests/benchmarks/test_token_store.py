@@ -1,5 +1,7 @@
 """benchmarks/token_store.py --quick: it builds a store, starts a source on the text and on the
-store in fresh processes, checks they give the same first examples, and prints its ratios."""
+store in fresh processes (timed from the process's start to its first batch), checks they give
+the same first batch, kills a build halfway and resumes it to the uninterrupted build's bytes,
+and prints its ratios."""
 
 import json
 import re
@@ -20,5 +22,12 @@ def test_quick_mode_builds_starts_and_prints_its_ratios(tmp_path):
     assert re.search(r"ratio start-up store over text at 0.5 MB \(bert\): \d+\.\d+x",
                      result.stdout), result.stdout
     assert re.search(r"ratio peak memory store over text .*: \d+\.\d+x", result.stdout)
+    assert re.search(r"ratio start-up store largest over smallest \(bert\): \d+\.\d+x",
+                     result.stdout)
+    assert re.search(r"store peak memory growth smallest to largest \(bert\): -?\d+ MiB",
+                     result.stdout)
     row, = json.loads((tmp_path / "r.json").read_text())
     assert row["same_first_examples"] and row["build_mb_per_s"] > 0
+    assert row["store"]["process_to_batch_s"] > row["store"]["seconds"] > 0
+    assert row["resume"]["identical"] and 0 < row["resume"]["killed_at_shards"] < (
+        row["resume"]["shards"])

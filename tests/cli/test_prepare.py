@@ -69,6 +69,7 @@ def test_bad_input_is_one_line(bert_sample, vocab, tmp_path):
         "--workers=0": {"workers": "0"},
         "s3:// paths are not supported": {"out": "s3://bucket/store"},
         "being built by another bertjax-prepare": {"out": str(busy)},
+        "flag --runner=dataflow: value should be one of": {"runner": "dataflow"},
     }
     for words, change in cases.items():
         flags = {**good, **change}
@@ -78,6 +79,26 @@ def test_bad_input_is_one_line(bert_sample, vocab, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("bertjax-prepare: error: "), lines
         assert words in lines[0], (words, lines[0])
     assert not (tmp_path / "out" / MANIFEST).exists()
+    result = prepare(*(f"--{k}={v}" for k, v in good.items()), "--", "--project=p")
+    assert result.returncode == 2 and "Beam's options (after --) go with --runner=beam" in (
+        result.stderr), result.stderr
+
+
+def test_the_beam_runner_builds_the_local_store(bert_sample, vocab, tmp_path):
+    """--runner=beam with Beam's options after --: the store of the local build, byte for
+    byte (BERT's sample text, several shards)."""
+    pytest.importorskip("apache_beam")
+    common = ("--family=bert", f"--corpus={bert_sample}", f"--vocab={vocab}", "--shard_mb=0.0005")
+    local = prepare(*common, f"--out={tmp_path / 'local'}", "--workers=1")
+    assert local.returncode == 0, local.stderr
+    beam = prepare(*common, f"--out={tmp_path / 'beam'}", "--runner=beam", "--",
+                   "--runner=DirectRunner", "--direct_num_workers=1")
+    assert beam.returncode == 0, beam.stderr
+    assert beam.stdout.strip() == str(tmp_path / "beam")
+    tree = [{str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+            for root in (tmp_path / "local", tmp_path / "beam")]
+    assert len([n for n in tree[0] if n.startswith("tokens-")]) >= 2
+    assert tree[0] == tree[1]
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ import os
 import pathlib
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -60,7 +60,7 @@ _STORE_FILE = re.compile(r"^(?:(?:tokens|index|types)-\d{5}\.(?:bin|npy|json)|ma
                          r"build\.json|\.build\.lock|tokenizer|\..*\.tmp)$")
 
 
-def _shards(documents: Iterator[list[str]], shard_chars: int, corpus_digest: Any
+def cut_shards(documents: Iterator[list[str]], shard_chars: int, corpus_digest: Any
             ) -> Iterator[tuple[list[list[str]], str]]:
     """(documents, digest of their text) of each shard in corpus order; every document's
     text also goes into `corpus_digest`."""
@@ -79,6 +79,48 @@ def _shards(documents: Iterator[list[str]], shard_chars: int, corpus_digest: Any
         yield shard, digest.hexdigest()
 
 
+def assign_types(types: dict[str, int], chunk_types: list[str]) -> tuple[np.ndarray, list[str]]:
+    """(local type id -> the store's, the types first used here) for a shard of a word-type
+    family (ELMo), whose local id k + 2 is `chunk_types[k]`; `types` (the store's, in order of
+    first use over the shards before this one) gains the new ones. Shards are taken in order,
+    so the store's ids do not depend on which process tokenized which shard."""
+    mapping = np.zeros(len(chunk_types) + 2, np.int64)
+    mapping[1] = 1
+    new_types: list[str] = []
+    for k, word in enumerate(chunk_types):
+        if word not in types:
+            types[word] = len(types)
+            new_types.append(word)
+        mapping[k + 2] = types[word]
+    return mapping, new_types
+
+
+def shard_files(number: int, chunk: Chunk, dtype: np.dtype, mapping: np.ndarray | None,
+                new_types: list[str]) -> dict[str, bytes]:
+    """{file name: bytes} of shard `number` (the index last, as it is written last), its ids
+    mapped by `mapping` (word-type families, see `assign_types`); one line for an id too large
+    for the store's dtype."""
+    tokens = np.asarray(chunk.tokens)
+    if mapping is not None and tokens.size:
+        tokens = mapping[tokens]
+    if tokens.size and int(tokens.max()) > np.iinfo(dtype).max:
+        raise StoreError(f"an id of {int(tokens.max())} does not fit {dtype.name}")
+    out = {tokens_name(number): tokens.astype(dtype).tobytes()}
+    if mapping is not None:
+        out[types_name(number)] = (json.dumps(new_types) + "\n").encode("utf-8")
+    index = io.BytesIO()
+    np.save(index, make_index(chunk.sentences_per_document, chunk.tokens_per_sentence))
+    out[index_name(number)] = index.getvalue()
+    return out
+
+
+def shard_record(chunk: Chunk, new_types: int, text_digest: str) -> Shard:
+    """What the manifest says of a shard holding `chunk`."""
+    return Shard(documents=len(chunk.sentences_per_document),
+                 sentences=len(chunk.tokens_per_sentence), tokens=len(chunk.tokens),
+                 types=new_types, text_digest=text_digest)
+
+
 class _Writer:
     """Writes shards in order into `out` and keeps the build's record (DIR/build.json)."""
 
@@ -89,30 +131,13 @@ class _Writer:
 
     def write(self, chunk: Chunk, text_digest: str) -> None:
         number = len(self.done)
-        tokens = np.asarray(chunk.tokens)
-        new_types: list[str] = []
-        if chunk.types is not None:  # local type ids -> the store's, in order of first use
-            mapping = np.zeros(len(chunk.types) + 2, np.int64)
-            mapping[1] = 1
-            for k, word in enumerate(chunk.types):
-                if word not in self.types:
-                    self.types[word] = len(self.types)
-                    new_types.append(word)
-                mapping[k + 2] = self.types[word]
-            tokens = mapping[tokens] if tokens.size else tokens
-        if tokens.size and int(tokens.max()) > np.iinfo(self.dtype).max:
-            raise StoreError(f"an id of {int(tokens.max())} does not fit {self.dtype.name}")
-        files.write_bytes(self.out / tokens_name(number), tokens.astype(self.dtype).tobytes())
-        if chunk.types is not None:
-            files.write_text(self.out / types_name(number), json.dumps(new_types) + "\n")
-        index = io.BytesIO()
-        np.save(index, make_index(chunk.sentences_per_document, chunk.tokens_per_sentence))
-        files.write_bytes(self.out / index_name(number), index.getvalue())  # last: complete
-        self.done.append(Shard(documents=len(chunk.sentences_per_document),
-                               sentences=len(chunk.tokens_per_sentence), tokens=int(tokens.size),
-                               types=len(new_types), text_digest=text_digest))
+        mapping, new_types = (assign_types(self.types, chunk.types) if chunk.types is not None
+                              else (None, []))
+        for name, data in shard_files(number, chunk, self.dtype, mapping, new_types).items():
+            files.write_bytes(self.out / name, data)  # the index last: the shard is complete
+        self.done.append(shard_record(chunk, len(new_types), text_digest))
         self.record()
-        logging.info("%s: shard %d written (%d tokens)", self.out, number, tokens.size)
+        logging.info("%s: shard %d written (%d tokens)", self.out, number, len(chunk.tokens))
 
     def record(self) -> None:
         manifest = dataclasses.replace(self.identity, shards=tuple(self.done))
@@ -139,16 +164,21 @@ def _resumed(out: pathlib.Path, identity: Manifest) -> list[Shard]:
     return list(before.shards)
 
 
-def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers: int = 1,
-          corpus_format: str = "bert", text_key: str = "text",
-          shard_chars: int = SHARD_CHARS, **settings: Any) -> Manifest:
-    """Build (or resume, or find finished) the token store of `corpus` tokenized by the
-    family's source with the vocabulary files `vocab` (a directory holding them, or their
-    comma-separated paths) into the directory `out` (local, or on object storage through a
-    local staging directory: upload.py); `settings` are the family source's own (lower_case,
-    tokenizer). Returns the manifest."""
-    if workers < 1 or shard_chars < 1:
-        raise StoreError(f"workers={workers} and shard_chars={shard_chars} must be >= 1")
+class Plan(NamedTuple):
+    """What a build needs before it reads the corpus: the family's source (its vocabulary
+    loaded), the vocabulary files, the source's settings and the store's identity."""
+
+    encoder: Source
+    vocab_files: dict[str, pathlib.Path]
+    settings: dict[str, Any]
+    identity: Manifest
+
+
+def plan(family: str, corpus: str, vocab: str, corpus_format: str = "bert",
+         text_key: str = "text", shard_chars: int = SHARD_CHARS, **settings: Any) -> Plan:
+    """The plan of a build (see `build`); one line for a vocabulary that cannot be read."""
+    if shard_chars < 1:
+        raise StoreError(f"shard_chars={shard_chars} must be >= 1")
     if vocab in ("", "learn"):
         raise StoreError("a token store is built with an existing vocabulary: pass --vocab as "
                          "the directory or files a run learned (e.g. WORKDIR/vocab.txt)")
@@ -162,8 +192,6 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
         raise StoreError(f"--vocab={vocab}: {names} not found or not readable: pass a directory "
                          f"holding {names} (a {family} run's workdir) or their comma-separated "
                          "paths") from None
-    remote = files.as_path(out) if files.is_remote(out) else None
-    out = upload.staging_dir(os.fspath(out)) if remote else pathlib.Path(out)
     roles = encoder.vocab_files
     identity = Manifest(
         family=family, options=encoder.store_options(), corpus=corpus,
@@ -172,6 +200,23 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
         tokenizer_digest=vocabulary_digest(vocab_files),
         vocab_size=int(encoder.vocab_size), dtype=token_dtype(encoder.store_id_bound()).name,
         shard_chars=shard_chars)
+    return Plan(encoder, vocab_files, settings, identity)
+
+
+def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers: int = 1,
+          corpus_format: str = "bert", text_key: str = "text",
+          shard_chars: int = SHARD_CHARS, **settings: Any) -> Manifest:
+    """Build (or resume, or find finished) the token store of `corpus` tokenized by the
+    family's source with the vocabulary files `vocab` (a directory holding them, or their
+    comma-separated paths) into the directory `out` (local, or on object storage through a
+    local staging directory: upload.py); `settings` are the family source's own (lower_case,
+    tokenizer). Returns the manifest. The same store on Apache Beam: beam.py."""
+    if workers < 1:
+        raise StoreError(f"workers={workers} must be >= 1")
+    encoder, vocab_files, settings, identity = plan(family, corpus, vocab, corpus_format,
+                                                     text_key, shard_chars, **settings)
+    remote = files.as_path(out) if files.is_remote(out) else None
+    out = upload.staging_dir(os.fspath(out)) if remote else pathlib.Path(out)
     if remote is not None:
         finished = upload.finished_remote(remote, identity)
         if finished is not None:
@@ -182,10 +227,8 @@ def build(family: str, corpus: str, vocab: str, out: str | os.PathLike, workers:
     return _build_here(encoder, vocab_files, family, settings, out, identity, workers)
 
 
-def _build_here(encoder: Source, vocab_files: dict[str, pathlib.Path], family: str,
-                settings: dict[str, Any], out: pathlib.Path, identity: Manifest, workers: int
-                ) -> Manifest:
-    """`build` into the local directory `out`, under its lock."""
+def check_local_out(out: pathlib.Path) -> None:
+    """One line when the local directory `out` cannot take a store (a file, or other files)."""
     if out.exists() and not out.is_dir():
         raise StoreError(f"--out={out} is a file: give a directory for the store")
     foreign = sorted(p.name for p in out.iterdir() if not _STORE_FILE.match(p.name)
@@ -193,14 +236,30 @@ def _build_here(encoder: Source, vocab_files: dict[str, pathlib.Path], family: s
     if foreign:
         raise StoreError(f"--out={out} holds other files than a token store's ({foreign[0]}"
                          f"{', ...' if len(foreign) > 1 else ''}): use a new or empty directory")
+
+
+def finished_local(out: pathlib.Path, identity: Manifest) -> Manifest | None:
+    """The manifest of a finished store of `identity` in `out`, None if there is none; one
+    line for a finished store of other settings."""
+    if not (out / MANIFEST).is_file():
+        return None
+    finished = Manifest.from_json((out / MANIFEST).read_text(), str(out / MANIFEST))
+    if finished.identity != identity.identity:
+        raise StoreError(f"{out} holds a finished store of other settings: use another "
+                         f"--out, or delete {out}")
+    logging.info("%s: already built", out)
+    return finished
+
+
+def _build_here(encoder: Source, vocab_files: dict[str, pathlib.Path], family: str,
+                settings: dict[str, Any], out: pathlib.Path, identity: Manifest, workers: int
+                ) -> Manifest:
+    """`build` into the local directory `out`, under its lock."""
+    check_local_out(out)
     out.mkdir(parents=True, exist_ok=True)
     with build_lock(out):
-        if (out / MANIFEST).is_file():
-            finished = Manifest.from_json((out / MANIFEST).read_text(), str(out / MANIFEST))
-            if finished.identity != identity.identity:
-                raise StoreError(f"{out} holds a finished store of other settings: use another "
-                                 f"--out, or delete {out}")
-            logging.info("%s: already built", out)
+        finished = finished_local(out, identity)
+        if finished is not None:
             return finished
         return _build(encoder, vocab_files, family, settings, out, identity, workers)
 
@@ -214,7 +273,7 @@ def _build(encoder: Source, vocab_files: dict[str, pathlib.Path], family: str,
     corpus_digest = hashlib.sha256()
     documents = stream_documents(settings["corpus"], settings["corpus_format"],
                                  settings["text_key"])
-    shards = _shards(documents, identity.shard_chars, corpus_digest)
+    shards = cut_shards(documents, identity.shard_chars, corpus_digest)
     first = next(shards, None)  # an empty corpus is refused before anything is written
     if first is None:
         raise StoreError(f"corpus {settings['corpus']!r} is empty: point --corpus at text")

@@ -2,12 +2,17 @@
 index, checked against the manifest before anything is read (one line per fault).
 
 Opening costs a few file reads whatever the corpus's size; the ids stay on disk and the page
-cache serves them. A store on object storage (gs://) is copied to local disk once
-(`bertjax.files.local_copy`), since a memory map needs a local file.
+cache serves them. A store on object storage (gs://) is read in place: opening it reads the
+manifest, one listing of the store (every shard's size, checked) and the index files (each
+host needs every document's boundaries: its examples draw from the whole corpus); the ids are
+read by ranged requests of the blocks a host's examples touch (ranged.py says why ranged
+reads rather than local copies of the shards), so a shard none of a host's examples touches
+is never fetched by that host, and nothing is copied to local disk but the vocabulary files.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -16,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bertjax import files
+from bertjax.data.store import ranged
 from bertjax.data.store.format import (
     MANIFEST,
     PROGRESS,
@@ -66,6 +72,9 @@ class TokenArray:
             return self.parts[0][positions].astype(np.int32)
         out = np.empty(positions.shape, np.int32)
         part = np.searchsorted(self.starts, positions, side="right") - 1
+        touched = np.unique(part).tolist()
+        ranged.prefetch([self.parts[p] for p in touched],
+                        [positions[part == p] - self.starts[p] for p in touched])
         for p in np.unique(part):
             where = part == p
             out[where] = self.parts[p][positions[where] - self.starts[p]]
@@ -91,38 +100,74 @@ class TokenStore:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = files.as_path(path)
+        self.remote = files.is_remote(self.path)
         self.manifest = read_manifest(self.path)
-        self.shard_tokens: list[np.ndarray] = []
+        self.cache = ranged.BlockCache() if self.remote else None  # blocks of remote shards
+        sizes = self._sizes()
+        self.shard_tokens: list[np.ndarray | ranged.RangedShard] = []
+        self.shard_sentence_starts: list[np.ndarray] = []
         doc_sentences, sentence_tokens = [], []
         dtype = np.dtype(self.manifest.dtype)
         for number, shard in enumerate(self.manifest.shards):
-            tokens_file = self._local(tokens_name(number))
-            size = tokens_file.stat().st_size
+            name = tokens_name(number)
+            size = sizes.get(name)
+            if size is None:
+                raise StoreError(f"{self.path / name} is missing: {REBUILD}")
             if size != shard.tokens * dtype.itemsize:
-                raise StoreError(f"{self.path / tokens_name(number)} is truncated or damaged "
+                raise StoreError(f"{self.path / name} is truncated or damaged "
                                  f"({size} bytes, the manifest says "
                                  f"{shard.tokens * dtype.itemsize}): {REBUILD}")
-            self.shard_tokens.append(
-                np.memmap(tokens_file, dtype, "r", shape=(shard.tokens,)) if shard.tokens
-                else np.zeros(0, dtype))
-            where = self.path / index_name(number)
-            local = self._local(index_name(number))
-            try:
-                index = np.load(local, mmap_mode="r", allow_pickle=False)
-            except ValueError:
-                raise StoreError(f"{where} is not a token-store index: {REBUILD}") from None
-            docs, sentences = split_index(np.asarray(index), str(where))
+            self.shard_tokens.append(self._tokens(name, dtype, shard.tokens))
+            docs, sentences = self._index(number, sizes)
             if (len(docs) - 1, len(sentences) - 1, int(sentences[-1])) != (
                     shard.documents, shard.sentences, shard.tokens):
-                raise StoreError(f"{where} does not match {self.path / MANIFEST}: {REBUILD}")
+                raise StoreError(f"{self.path / index_name(number)} does not match "
+                                 f"{self.path / MANIFEST}: {REBUILD}")
+            self.shard_sentence_starts.append(sentences)
             doc_sentences.append(np.diff(docs))
             sentence_tokens.append(np.diff(sentences))
         self.sentences_per_document = np.concatenate([np.zeros(0, np.int64), *doc_sentences])
         self.tokens_per_sentence = np.concatenate([np.zeros(0, np.int64), *sentence_tokens])
 
+    def _sizes(self) -> dict[str, int]:
+        """{file name: bytes} of the store's files: one listing on object storage."""
+        if not self.remote:
+            return {p.name: p.stat().st_size for p in pathlib.Path(self.path).iterdir()
+                    if p.is_file()}
+        with files.reaching(self.path):
+            listing = files.filesystem(self.path).ls(os.fspath(self.path), detail=True,
+                                                     refresh=True)
+        return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
+                for entry in listing if entry.get("type") == "file"}
+
+    def _tokens(self, name: str, dtype: np.dtype, count: int
+                ) -> np.ndarray | ranged.RangedShard:
+        """A shard's ids: memory-mapped (local) or read by ranges where they lie (gs://)."""
+        if not count:
+            return np.zeros(0, dtype)
+        if self.cache is not None:
+            return ranged.RangedShard(self.path / name, dtype, count, self.cache)
+        return np.memmap(pathlib.Path(self.path) / name, dtype, "r", shape=(count,))
+
+    def _index(self, number: int, sizes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """(doc_sentences, sentence_tokens) of shard `number`'s index (memory-mapped, or
+        read whole from object storage); one line if it is missing or damaged."""
+        where = self.path / index_name(number)
+        if index_name(number) not in sizes:
+            raise StoreError(f"{where} is missing: {REBUILD}")
+        try:
+            if self.remote:
+                with files.reaching(where):
+                    index = np.load(io.BytesIO(where.read_bytes()), allow_pickle=False)
+            else:
+                index = np.load(pathlib.Path(where), mmap_mode="r", allow_pickle=False)
+        except (ValueError, EOFError):
+            raise StoreError(f"{where} is not a token-store index: {REBUILD}") from None
+        return split_index(np.asarray(index), str(where))
+
     def _local(self, name: str) -> pathlib.Path:
-        """A local file of the store (downloaded once from object storage); one line if the
-        file is missing."""
+        """A local file of the store (a small one: downloaded from object storage); one line
+        if the file is missing."""
         path = self.path / name
         if not path.is_file():
             raise StoreError(f"{path} is missing: {REBUILD}")
@@ -138,12 +183,11 @@ class TokenStore:
         return TokenArray(self.shard_tokens)
 
     def sentences(self) -> list[np.ndarray]:
-        """Every sentence's ids, as views of the memory maps (no copy)."""
+        """Every sentence's ids, as views of the memory maps (no copy; a store on object
+        storage reads each shard whole, once)."""
         out = []
-        for number, shard in enumerate(self.shard_tokens):
+        for shard, starts in zip(self.shard_tokens, self.shard_sentence_starts, strict=True):
             tokens = np.asarray(shard)  # a plain view: its slices carry no memmap attributes
-            index = np.load(self._local(index_name(number)), allow_pickle=False)
-            _, starts = split_index(index, str(self.path / index_name(number)))
             out.extend(tokens[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True))
         return out
 
@@ -153,7 +197,9 @@ class TokenStore:
         for number, shard in enumerate(self.manifest.shards):
             where = self.path / types_name(number)
             try:
-                shard_types = json.loads(self._local(types_name(number)).read_text("utf-8"))
+                shard_types = json.loads(where.read_text("utf-8"))
+            except FileNotFoundError:
+                raise StoreError(f"{where} is missing: {REBUILD}") from None
             except ValueError:
                 raise StoreError(f"{where} is not a JSON list of word types: {REBUILD}") from None
             if not isinstance(shard_types, list) or len(shard_types) != shard.types:
@@ -189,3 +235,24 @@ def read_manifest(path: files.Path) -> Manifest:
 def open_store(path: str | os.PathLike) -> TokenStore:
     """The store at `path` (local or gs://), checked; see `TokenStore`."""
     return TokenStore(path)
+
+
+def store_summary(path: str | os.PathLike, family: str, model_vocab_size: int | None) -> str:
+    """One line on the store at `path` for a run of `family` whose model has
+    `model_vocab_size` ids (bertjax-compile's report), from its manifest alone (a few KB, also
+    on gs://); one line when the store is not one such a run can read."""
+    where = files.as_path(path)
+    manifest = read_manifest(where)
+    if manifest.family != family:
+        raise StoreError(f"{where} holds {manifest.family} ids, not {family}: point the run's "
+                         f"corpus at a store built with bertjax-prepare --family={family}")
+    if model_vocab_size is not None and manifest.vocab_size > model_vocab_size:
+        raise StoreError(f"{where} holds ids of a vocabulary of {manifest.vocab_size}, more "
+                         f"than the model's vocab_size {model_vocab_size}: set the model "
+                         "config's vocab_size to at least that, or rebuild the store")
+    counts = manifest.counts()
+    options = ", ".join(f"{k}={v}" for k, v in sorted(manifest.options.items()))
+    return (f"data: token store {where} ({manifest.family}{', ' + options if options else ''}):"
+            f" {counts['documents']:,} documents, {counts['tokens']:,} tokens in "
+            f"{len(manifest.shards)} shard(s), vocabulary of {manifest.vocab_size:,} from its "
+            "manifest, read in place by every host")
