@@ -1,7 +1,7 @@
 """Fine-tuning results in the formats the tasks' official tools read.
 
-SQuAD (written with the best evaluation, beside predictions.jsonl, by the extractive QA task
-type: `squad_files`, bertjax.finetune.tasks.extractive_qa):
+SQuAD (written with the best evaluation, beside predictions.jsonl, by the spans output's
+decoding: `squad_files`, bertjax.finetune.qa):
 
     predictions.json   {question id: answer text}, "" for no answer: what the official
                        evaluate-v1.1.py and evaluate-v2.0.py read as their prediction file
@@ -30,14 +30,14 @@ from bertjax import files
 from bertjax.files import write_text
 from bertjax.finetune.evaluate import predict_arrays
 from bertjax.finetune.examples import Example
-from bertjax.finetune.recipe import Recipe
-from bertjax.finetune.setup import TaskSetup
-from bertjax.finetune.task import TASKS, Task
-from bertjax.finetune.tasks.extractive_qa import (  # noqa: F401 (this module's SQuAD part)
+from bertjax.finetune.qa import (  # noqa: F401 (this module's SQuAD part)
     SQUAD_NULL_ODDS,
     SQUAD_PREDICTIONS,
     squad_files,
 )
+from bertjax.finetune.recipe import Recipe
+from bertjax.finetune.setup import TaskSetup
+from bertjax.finetune.task import TASKS, Task
 from bertjax.training.checkpoint import restore_saved_params
 
 SUBMISSION_DIR = "submission"
