@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -45,9 +45,6 @@ from bertjax.finetune.examples import (
 from bertjax.finetune.qa import QaWindow
 from bertjax.objectives.objective import Loss, Mean, Metrics, SumsFn
 
-if TYPE_CHECKING:
-    from bertjax.finetune.recipe import Recipe
-
 Array = jax.Array
 Arrays = dict[str, np.ndarray]
 Batch = dict[str, Array]
@@ -55,6 +52,20 @@ Batch = dict[str, Array]
 # position (-1: cut off) for word outputs; the windows for extractive QA; else None.
 Layout = list[list[int]] | list[QaWindow] | None
 OUTSIDE = "O"  # the tag predicted for a word the encoding cut off
+
+
+class Settings(Protocol):
+    """What decoding and measuring read of a run's recipe (a bertjax.finetune.recipe.Recipe,
+    not imported here: recipe.py imports the heads, which import this module)."""
+
+    @property
+    def max_answer_length(self) -> int: ...
+
+    @property
+    def main_metric(self) -> str | None: ...
+
+    @property
+    def positive_label(self) -> str | None: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +78,7 @@ class EvalData:
     golds: list | None  # None for unlabelled examples (a test split)
     labels: list[str] | None
     layout: Layout
-    recipe: Recipe
+    recipe: Settings
     # label i is the data's class i (TFDS ids, finetune.labels, labels 0..k-1), not a
     # position in sorted names: what "class 1" of a binary task means (GLUE's F1)
     numbered: bool = False
