@@ -20,6 +20,7 @@ entailment / not_entailment / neutral / contradiction as spelled for MNLI, QNLI,
 and STS-B scores are numbers with three decimals.
 """
 
+import dataclasses
 import logging
 import os
 import pathlib
@@ -35,7 +36,6 @@ from bertjax.finetune.qa import (  # noqa: F401 (this module's SQuAD part)
     SQUAD_PREDICTIONS,
     squad_files,
 )
-from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.setup import TaskSetup
 from bertjax.finetune.task import TASKS, Task
 from bertjax.training.checkpoint import restore_saved_params
@@ -79,47 +79,59 @@ def submission_name(spec: str) -> str:
     return task
 
 
-def read_unlabelled(specs: Sequence[str], recipe: Recipe, task: Task
-                    ) -> dict[str, list[Example]]:
-    """{submission name: examples} of the files to predict (of the recipe's `task`), read
-    before training starts, so a bad file fails in one line before anything runs."""
+@dataclasses.dataclass
+class PredictFiles:
+    """The --predict files of a run, read before training starts: {submission name:
+    examples} read without labels, and for each file that has a label column, the labels it
+    holds and its number of rows, for `warn_unseen_labels`."""
+
+    unlabelled: dict[str, list[Example]] = dataclasses.field(default_factory=dict)
+    labels: dict[str, tuple[list, int]] = dataclasses.field(default_factory=dict)
+
+
+def read_unlabelled(specs: Sequence[str], task: Task,
+                    text_columns: Sequence[str] | None = None,
+                    label_column: str | None = None) -> PredictFiles:
+    """The files to predict (of the run's `task`, with the recipe's finetune.text_columns and
+    finetune.label_column), read before training starts, so a bad file fails in one line
+    before anything runs."""
     if not specs:
-        return {}
+        return PredictFiles()
     if not task.submissions:
         kinds = ", ".join(name for name, t in TASKS.items() if t.submissions)
         raise ValueError(f"--predict writes GLUE submissions of {kinds}; this recipe's task "
                          f"type is {task.name}: drop --predict")
-    named: dict[str, list[Example]] = {}
+    read = PredictFiles()
     for spec in specs:
         name = submission_name(spec)
-        if name in named:
+        if name in read.unlabelled:
             raise ValueError(f"--predict={spec}: a second file for {name}.tsv: pass one file "
                              "per task")
-        named[name] = task.read(spec, text_columns=recipe.text_columns, label_column="",
-                                split_hint="test")
-    return named
+        read.unlabelled[name] = task.read(spec, text_columns=text_columns, label_column="",
+                                          split_hint="test")
+        try:
+            labelled = task.read(spec, text_columns=text_columns, label_column=label_column,
+                                 split_hint="test")
+        except ValueError:  # no label column: an unlabelled test file, as expected
+            continue
+        read.labels[spec] = ([ex.label for ex in labelled
+                              if getattr(ex, "label", None) is not None], len(labelled))
+    return read
 
 
-def warn_unseen_labels(specs: Sequence[str], recipe: Recipe, task: Task,
-                       labels: Sequence[str] | None) -> None:
+def warn_unseen_labels(read: PredictFiles, labels: Sequence[str] | None) -> None:
     """One warning per --predict file whose label column (when it has one) holds labels the
     model was never trained on: likely another task's file (AG News through an SST-2 model),
     whose submission would be written without a word."""
-    if not specs or not labels:
+    if not labels:
         return
-    for spec in specs:
-        try:
-            examples = task.read(spec, text_columns=recipe.text_columns,
-                                 label_column=recipe.label_column, split_hint="test")
-        except ValueError:  # no label column: an unlabelled test file, as expected
-            continue
-        found = [ex.label for ex in examples if getattr(ex, "label", None) is not None]
+    for spec, (found, rows) in read.labels.items():
         unseen = sorted({str(label) for label in found} - {str(label) for label in labels})
         if unseen:
             count = sum(str(label) in unseen for label in found)
             logging.warning("--predict=%s: %d of its %d rows have labels the model was never "
                             "trained on (%s): it predicts only %s; check that the file is of "
-                            "this task", spec, count, len(examples), ", ".join(unseen[:5]),
+                            "this task", spec, count, rows, ", ".join(unseen[:5]),
                             ", ".join(map(str, labels)))
 
 

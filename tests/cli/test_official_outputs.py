@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from bertjax.finetune import official
-from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.tasks import get_task
 from tests.in_process import run_tool
 from tests.minilm import random_bert
@@ -212,8 +211,7 @@ def test_every_tfds_glue_test_split_names_a_glue_submission_file():
 
 def test_predict_with_a_task_glue_does_not_score_is_refused():
     with pytest.raises(ValueError, match="--predict writes GLUE submissions"):
-        official.read_unlabelled(["test.tsv"], Recipe(family="bert", task="tagging"),
-                                 get_task("tagging"))
+        official.read_unlabelled(["test.tsv"], get_task("tagging"))
 
 
 def test_squad_1_1_writes_predictions_only():
