@@ -14,7 +14,7 @@ from bertjax.finetune.examples import Example
 from bertjax.finetune.length_buckets import LengthBuckets, row_lengths
 from bertjax.finetune.packed import INPUT_TOKENS
 from bertjax.finetune.setup import TaskSetup
-from bertjax.training.evaluation import EvalResult, Evaluator, jit_inference
+from bertjax.training.evaluation import EvalResult, Evaluator
 from bertjax.training.state import TrainState
 from bertjax.typing import Params
 
@@ -80,11 +80,11 @@ def predict_packed(predict: Predict, params: Params, inputs: Arrays, batch_size:
     return result
 
 
-def predict_arrays(setup: TaskSetup, params: Params, inputs: Arrays, batch_size: int,
-                   predict: Predict | None = None) -> np.ndarray:
+def predict_arrays(setup: TaskSetup, params: Params, inputs: Arrays, batch_size: int
+                   ) -> np.ndarray:
     """The head's outputs for encoded inputs, batched as the run's evaluation batches them:
     packed where the run trains on packed rows, else cut to length buckets where it may."""
-    predict = predict or jit_inference(setup.predict)
+    predict = setup.jitted_predict
     if setup.packing:
         return predict_packed(predict, params, inputs, batch_size, setup.packing)
     return predict_batched(predict, params, inputs, batch_size, setup.buckets,
@@ -106,13 +106,12 @@ def scored_predictions(setup: TaskSetup, params: Params, examples: Sequence[Exam
 
 def make_evaluator(setup: TaskSetup, every: int, batch_size: int) -> Evaluator:
     """An Evaluator for the training loop; its main metric is the task type's."""
-    predict = jit_inference(setup.predict)
 
     def evaluate(state: TrainState) -> EvalResult:
-        outputs = predict_arrays(setup, state.params, setup.eval, batch_size, predict)
-        predictions, extra = setup.decode(outputs)
+        outputs = predict_arrays(setup, state.params, setup.eval, batch_size)
+        predictions, extra = setup.task.decode(outputs, setup.data)
         files = extra.pop("files", {})  # the task's official output files
-        scores = setup.measure(predictions)
+        scores = setup.task.measure(predictions, setup.data)
         rows = [{"id": i, "prediction": p, "gold": g}
                 for i, p, g in zip(setup.data.ids, predictions, setup.data.golds, strict=True)]
         extra = {**extra, **setup.report(state.params)}

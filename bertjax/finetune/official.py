@@ -1,7 +1,7 @@
 """Fine-tuning results in the formats the tasks' official tools read.
 
-SQuAD (written with the best evaluation, beside predictions.jsonl, by the extractive QA task
-type: `squad_files`, bertjax.finetune.tasks.extractive_qa):
+SQuAD (written with the best evaluation, beside predictions.jsonl, by the spans output's
+decoding: `squad_files`, bertjax.finetune.qa):
 
     predictions.json   {question id: answer text}, "" for no answer: what the official
                        evaluate-v1.1.py and evaluate-v2.0.py read as their prediction file
@@ -32,14 +32,13 @@ from bertjax.files import write_text
 from bertjax.finetune import readers
 from bertjax.finetune.evaluate import predict_arrays
 from bertjax.finetune.examples import Example
-from bertjax.finetune.recipe import Recipe
-from bertjax.finetune.setup import TaskSetup
-from bertjax.finetune.task import TASKS, Task
-from bertjax.finetune.tasks.extractive_qa import (  # noqa: F401 (this module's SQuAD part)
+from bertjax.finetune.qa import (  # noqa: F401 (this module's SQuAD part)
     SQUAD_NULL_ODDS,
     SQUAD_PREDICTIONS,
     squad_files,
 )
+from bertjax.finetune.setup import TaskSetup
+from bertjax.finetune.task import TASKS, Task
 from bertjax.training.checkpoint import restore_saved_params
 
 SUBMISSION_DIR = "submission"
@@ -81,12 +80,14 @@ def submission_name(spec: str) -> str:
     return task
 
 
-def read_unlabelled(specs: Sequence[str], recipe: Recipe, task: Task
-                    ) -> dict[str, list[Example]]:
-    """{submission name: examples} of the files to predict (of the recipe's `task`), each read
-    once and before training starts, so a bad file fails in one line before anything runs. An
-    example keeps its label where its file has a label column: `warn_unseen_labels` reads
-    them, the submissions never do."""
+def read_unlabelled(specs: Sequence[str], task: Task,
+                    text_columns: Sequence[str] | None = None,
+                    label_column: str | None = None) -> dict[str, list[Example]]:
+    """{submission name: examples} of the files to predict (of the run's `task`, with the
+    recipe's finetune.text_columns and finetune.label_column), each read once and before
+    training starts, so a bad file fails in one line before anything runs. An example keeps
+    its label where its file has a label column: `warn_unseen_labels` reads them, the
+    submissions never do."""
     if not specs:
         return {}
     if not task.submissions:
@@ -100,8 +101,8 @@ def read_unlabelled(specs: Sequence[str], recipe: Recipe, task: Task
             raise ValueError(f"--predict={spec}: a second file for {name}.tsv: pass one file "
                              "per task")
         named[name] = readers.read_maybe_labelled(
-            spec, task.reading, text_columns=recipe.text_columns,
-            label_column=recipe.label_column, split_hint="test")
+            spec, task.reading, text_columns=text_columns,
+            label_column=label_column, split_hint="test")
     return named
 
 

@@ -1,5 +1,6 @@
-"""What a fine-tuning head predicts per example, and the loss that trains it, shared by every
-family: a task type names one of these, a family's head produces it.
+"""What a fine-tuning head predicts per example, the loss that trains it and how its
+predictions are read, shared by every family: a task type names one of these, a family's head
+produces it.
 
     output        head outputs          targets in the batch                   task loss
     CLASSES       logits [B, C]         label int32 [B]                        cross-entropy
@@ -11,20 +12,36 @@ family: a task type names one of these, a family's head produces it.
     SPANS         logits [B, L, 2]      start_position, end_position int32 [B] mean of the start
                   (start, end)                                                 and end losses
 
+Each output also fixes what a task's examples mean to it: the value each training example
+teaches (`values`: a class index, a score, a choice index, tag ids, the answers), what a
+prediction is compared with (`golds`), and how the head's outputs decode into predictions
+(`decode`: class names, floats, choice indices, tags per word, answer texts). A task type with
+one of these outputs writes none of them.
+
 Losses and their metrics are computed in float32 whatever the compute dtype. Packed training
 rows (bertjax/finetune/packed.py) give CLASSES and SCORE one prediction per packed example,
 [B, K, ...], with targets [B, K] and `sequence_weights` [B, K] (0 in unused slots).
 """
 
+from __future__ import annotations
+
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bertjax.finetune import qa
+from bertjax.finetune.examples import (
+    ChoiceExample,
+    Example,
+    QaExample,
+    TaggedSentence,
+    TextExample,
+)
 from bertjax.finetune.qa import QaWindow
 from bertjax.objectives.objective import Loss, Mean, Metrics, SumsFn
 
@@ -34,6 +51,41 @@ Batch = dict[str, Array]
 # What decoding needs of an encoding besides its arrays: per example, each word's token
 # position (-1: cut off) for word outputs; the windows for extractive QA; else None.
 Layout = list[list[int]] | list[QaWindow] | None
+OUTSIDE = "O"  # the tag predicted for a word the encoding cut off
+
+
+class Settings(Protocol):
+    """What decoding and measuring read of a run's recipe (a bertjax.finetune.recipe.Recipe,
+    not imported here: recipe.py imports the heads, which import this module)."""
+
+    @property
+    def max_answer_length(self) -> int: ...
+
+    @property
+    def main_metric(self) -> str | None: ...
+
+    @property
+    def positive_label(self) -> str | None: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalData:
+    """What decoding and measuring need besides the head's outputs: the examples, their ids
+    and golds, the label vocabulary, the encoding's layout (word positions, QA windows; see
+    bertjax.finetune.adapter.Encoded) and the recipe (decoding settings)."""
+
+    examples: Sequence[Example]
+    golds: list | None  # None for unlabelled examples (a test split)
+    labels: list[str] | None
+    layout: Layout
+    recipe: Settings
+    # label i is the data's class i (TFDS ids, finetune.labels, labels 0..k-1), not a
+    # position in sorted names: what "class 1" of a binary task means (GLUE's F1)
+    numbered: bool = False
+
+    @property
+    def ids(self) -> list[str]:
+        return [ex.id for ex in self.examples]
 
 
 def _xent(logits: Array, labels: Array, weights: Array | None = None) -> tuple[Mean, Mean]:
@@ -129,16 +181,86 @@ def _encoded_spans(values: Sequence[Any], layout: Layout, length: int) -> Arrays
     return {}  # the family's encoder labels each QA window from the answers' characters
 
 
+Values = Callable[[Sequence[Any], list[str] | None], list]  # (examples, labels) -> values
+Golds = Callable[[Sequence[Any]], list]  # examples -> what predictions are compared with
+Decode = Callable[[np.ndarray, EvalData], tuple[list, dict]]  # -> (predictions, extras)
+
+
+def _class_indices(examples: Sequence[TextExample], labels: list[str] | None) -> list[int]:
+    index = {label: i for i, label in enumerate(labels or [])}
+    return [index[ex.label] for ex in examples]
+
+
+def _labels_of(examples: Sequence[TextExample | ChoiceExample]) -> list:
+    return [ex.label for ex in examples]
+
+
+def _class_names(outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
+    return [data.labels[i] for i in outputs.argmax(-1)], {}
+
+
+def _scores(examples: Sequence[TextExample], labels: None = None) -> list[float]:
+    return [float(ex.label) for ex in examples]
+
+
+def _decode_scores(outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
+    return outputs.reshape(len(outputs)).astype(float).tolist(), {}
+
+
+def _choices(examples: Sequence[ChoiceExample], labels: None) -> list[int]:
+    return [ex.label for ex in examples]
+
+
+def _best_choices(outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
+    return outputs.argmax(-1).tolist(), {}
+
+
+def _tag_ids(examples: Sequence[TaggedSentence], labels: list[str] | None) -> list[list[int]]:
+    index = {tag: i for i, tag in enumerate(labels or [])}
+    return [[index[t] for t in ex.tags] for ex in examples]
+
+
+def _tags(examples: Sequence[TaggedSentence]) -> list[list[str]]:
+    return [list(ex.tags) for ex in examples]
+
+
+def _decode_tags(outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
+    """`data.layout`: per example, the token position of each word (-1: cut off: OUTSIDE)."""
+    best = outputs.argmax(-1)
+    return [[data.labels[best[n, p]] if p >= 0 else OUTSIDE for p in positions]
+            for n, positions in enumerate(data.layout)], {}
+
+
+def _answers(examples: Sequence[QaExample], labels: None) -> list:
+    """The answers (text, character start): the family labels each window from them."""
+    return [ex.answers for ex in examples]
+
+
+def _answer_texts(examples: Sequence[QaExample]) -> list[list[str]]:
+    return [list(ex.gold_texts) or [""] for ex in examples]
+
+
+def _decode_answers(outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
+    """`outputs`: start and end logits [windows, L, 2]; `data.layout`: the QaWindows."""
+    return qa.decode_answers(outputs[..., 0], outputs[..., 1], data.layout, data.examples,
+                             data.golds, data.recipe.max_answer_length)
+
+
 @dataclasses.dataclass(frozen=True)
 class Output:
     """One kind of prediction: its loss, the training metric shown beside the loss, the
-    target arrays of a batch, and whether predictions have a token axis (axis 1). `head` is
-    the name a run record gives the head that makes it (training/workdir.py, HEADS: part of
-    model.json's documented format).
+    target arrays of a batch, whether predictions have a token axis (axis 1), and how a
+    task's examples and the head's outputs are read. `head` is the name a run record gives
+    the head that makes it (training/workdir.py, HEADS: part of model.json's documented
+    format).
 
     `loss(outputs, batch)` gives the weighted sums of the task loss (`task_loss`) and the
     training metrics (Means: objectives/objective.py); `weights(batch)` the task loss's
-    weight summed over a batch, read from its targets alone."""
+    weight summed over a batch, read from its targets alone. `values(examples, labels)`: the
+    value each training example teaches, which `targets` turns into arrays; `golds(examples)`:
+    per example, what a prediction is compared with; `decode(outputs, data)`: (one prediction
+    per example, extras for eval_results.json; an extra "files" maps names to the texts of
+    official output files, see finetune/official.py)."""
 
     name: str
     head: str
@@ -147,6 +269,9 @@ class Output:
     metric: str
     example_targets: Callable[[int, int], Arrays]  # (batch size, length) -> zero targets
     make_targets: Callable[[Sequence[Any], Layout, int], Arrays]  # (values, layout, length)
+    values: Values
+    golds: Golds
+    decode: Decode
     token_axis: bool = False
 
     @property
@@ -174,15 +299,19 @@ def _summed(weights: Callable[[Batch], Array]) -> Callable[[Batch], Array]:
 _PER_EXAMPLE = _summed(example_weights)
 _PER_WORD = _summed(lambda batch: batch["label_weights"])
 CLASSES = Output("classes", "classify", classes_loss, _PER_EXAMPLE, "accuracy",
-                 _example_labels(np.int32), _labels(np.int32))
+                 _example_labels(np.int32), _labels(np.int32),
+                 _class_indices, _labels_of, _class_names)
 SCORE = Output("score", "regress", score_loss, _PER_EXAMPLE, "mse",
-               _example_labels(np.float32), _labels(np.float32))
+               _example_labels(np.float32), _labels(np.float32),
+               _scores, _scores, _decode_scores)
 CHOICE = Output("choice", "choice", classes_loss, _PER_EXAMPLE, "accuracy",
-                _example_labels(np.int32), _labels(np.int32))
+                _example_labels(np.int32), _labels(np.int32),
+                _choices, _labels_of, _best_choices)
 WORD_CLASSES = Output("word_classes", "tag", word_classes_loss, _PER_WORD, "accuracy",
-                      _example_word_labels, word_targets, token_axis=True)
+                      _example_word_labels, word_targets,
+                      _tag_ids, _tags, _decode_tags, token_axis=True)
 SPANS = Output("spans", "span", span_loss, _example_count, "start_accuracy", _example_spans,
-               _encoded_spans, token_axis=True)
+               _encoded_spans, _answers, _answer_texts, _decode_answers, token_axis=True)
 OUTPUTS = (CLASSES, SCORE, CHOICE, WORD_CLASSES, SPANS)  # one per recorded head name (HEADS)
 
 

@@ -20,6 +20,7 @@ path with the threshold at infinity.
 """
 
 import dataclasses
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
@@ -27,7 +28,10 @@ from typing import NamedTuple
 import numpy as np
 
 from bertjax.finetune.examples import QaExample
+from bertjax.metrics.squad import best_null_threshold
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary
+
+SQUAD_PREDICTIONS, SQUAD_NULL_ODDS = "predictions.json", "null_odds.json"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -311,3 +315,37 @@ def predictions_with_threshold(best: Mapping[str, QaAnswer], threshold: float) -
     math.inf for SQuAD 1.1, where every question has an answer)."""
     diffs = null_score_diffs(best)
     return {qid: "" if diffs[qid] > threshold else answer.text for qid, answer in best.items()}
+
+
+def decode_answers(start_logits: np.ndarray, end_logits: np.ndarray,
+                   windows: Sequence[QaWindow], examples: Sequence[QaExample],
+                   golds: Sequence[list[str]] | None, max_answer_length: int = 30
+                   ) -> tuple[list[str], dict]:
+    """Each question's answer text from the logits of its windows, and the extras of
+    eval_results.json: for SQuAD 2.0 (data with unanswerable questions) the null threshold
+    tuned on `golds` to maximise F1, as the paper does (`null_threshold`); "files": the texts
+    of the official scripts' files (`squad_files`)."""
+    ids = [ex.id for ex in examples]
+    best = best_answers(start_logits, end_logits, windows, max_answer_length)
+    if not any(ex.impossible for ex in examples):  # SQuAD 1.1
+        texts = [best[i].text for i in ids]
+        return texts, {"files": squad_files(dict(zip(ids, texts, strict=True)))}
+    spans, null_odds = {i: best[i].text for i in ids}, null_score_diffs(best)
+    threshold, _, _ = best_null_threshold(null_odds, spans, dict(zip(ids, golds, strict=True)))
+    chosen = predictions_with_threshold(best, threshold)
+    files = squad_files({i: chosen[i] for i in ids}, {i: null_odds[i] for i in ids})
+    return [chosen[i] for i in ids], {"null_threshold": float(threshold), "files": files}
+
+
+def squad_files(predictions: Mapping[str, str],
+                null_odds: Mapping[str, float] | None = None) -> dict[str, str]:
+    """{file name: text} of predictions.json ({question id: answer text}, "" for no answer:
+    what evaluate-v1.1.py and evaluate-v2.0.py read) and, for SQuAD 2.0, null_odds.json
+    ({question id: null score - best span score}: evaluate-v2.0.py's --na-prob-file, as
+    google-research/bert's run_squad.py writes it)."""
+    files = {SQUAD_PREDICTIONS: json.dumps(dict(predictions), indent=2, ensure_ascii=False)
+             + "\n"}
+    if null_odds is not None:
+        odds = {qid: float(value) for qid, value in null_odds.items()}
+        files[SQUAD_NULL_ODDS] = json.dumps(odds, indent=2) + "\n"
+    return files

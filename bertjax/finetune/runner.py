@@ -26,7 +26,6 @@ import jax
 
 from bertjax import files, training
 from bertjax.finetune import official
-from bertjax.finetune.arrays import describe
 from bertjax.finetune.evaluate import make_evaluator
 from bertjax.finetune.examples import Example, Examples
 from bertjax.finetune.packed import PackedArraySource
@@ -70,12 +69,12 @@ def num_steps(recipe: Recipe, num_examples: int) -> int:
     return max(1, math.ceil(recipe.epochs * num_examples / recipe.batch_size))
 
 
-def _examples(data: Data, recipe: Recipe, task: Task, split_hint: str
-              ) -> tuple[list[Example], str]:
+def _examples(data: Data, task: Task, text_columns: Sequence[str] | None,
+              label_column: str | None, split_hint: str) -> tuple[list[Example], str]:
     """(examples, a name for messages) of a file, "tfds:NAME[:SPLIT]" or examples given."""
     if isinstance(data, str | os.PathLike):
-        return task.read(data, text_columns=recipe.text_columns,
-                         label_column=recipe.label_column, split_hint=split_hint), str(data)
+        return task.read(data, text_columns=text_columns, label_column=label_column,
+                         split_hint=split_hint), str(data)
     examples = data if isinstance(data, Examples) else list(data)  # keeps a label order
     return examples, f"the {split_hint} examples"
 
@@ -94,23 +93,25 @@ def _prepare(recipe: Recipe, resolved: Resolved, init: str | Pretrained, train: 
              eval: Data, workdir: files.Path, predict: Sequence[str],
              lower_case: bool | None, mesh: jax.sharding.Mesh) -> _Prepared:
     """Read the examples and the files to predict, load --init, encode, and build the
-    experiment, the pretrained initialisation and the evaluator."""
-    check_same_head(workdir, recipe)  # a resume: the head its checkpoints were trained with
-    train_examples, train_name = _examples(train, recipe, resolved.task, "train")
-    eval_examples, eval_name = _examples(eval, recipe, resolved.task, "validation")
-    unlabelled = official.read_unlabelled(predict, recipe, resolved.task)
+    experiment, the pretrained initialisation and the evaluator: every check of the inputs
+    (a resume's head and vocabulary included) before the workdir changes."""
+    task, columns = resolved.task, (recipe.text_columns, recipe.label_column)
+    train_examples, train_name = _examples(train, task, *columns, "train")
+    eval_examples, eval_name = _examples(eval, task, *columns, "validation")
+    steps = num_steps(recipe, len(train_examples))
+    predict_files = official.read_unlabelled(predict, task, *columns)
     model = init if isinstance(init, Pretrained) else load_pretrained(init, recipe.family,
                                                                        lower_case=lower_case)
     init_spec = init if isinstance(init, str) else model.source
     check_same_tokenizer(workdir, model, init_spec)  # a resume: the vocabulary it trained with
     setup = setup_task(recipe, model, train_examples, eval_examples, eval_name, resolved,
                        train_name)
-    official.warn_unseen_labels(unlabelled, setup.labels)
-    steps = num_steps(recipe, len(train_examples))
+    official.warn_unseen_labels(predict_files, setup.labels)
     tx = make_optimizer(recipe.optimizer, recipe.learning_rate,
                         math.ceil(recipe.warmup_fraction * steps),
                         steps, eps=recipe.adam_epsilon, weight_decay=recipe.weight_decay,
                         frozen=setup.frozen)
+    check_same_head(workdir, recipe)  # a resume: the head its checkpoints were trained with
 
     def save_records(workdir: files.Path) -> dict:
         """task.json, the tokenizer's files and init.txt, before the first step (process 0)."""
@@ -118,7 +119,7 @@ def _prepare(recipe: Recipe, resolved: Resolved, init: str | Pretrained, train: 
             return {}
         return write_task_record(workdir, recipe, model, setup.labels, init_spec)
 
-    source = setup.source(recipe.seed, describe(train_name, setup.train), save_records)
+    source = setup.source(recipe.seed, train_name, save_records)
     batch_size = recipe.batch_size
     if isinstance(source, PackedArraySource):  # rows holding batch_size examples on average
         batch_size = source.rows_per_step(recipe.batch_size, data_parallel_size(mesh))
@@ -127,7 +128,7 @@ def _prepare(recipe: Recipe, resolved: Resolved, init: str | Pretrained, train: 
                      log_every=min(10, steps), checkpoint_every=max(1, recipe.eval_every))
     evaluator = make_evaluator(setup, min(recipe.eval_every, steps),
                                recipe.eval_batch_size or recipe.batch_size)
-    return _Prepared(setup, unlabelled, Job(exp, setup.initial_params, evaluator))
+    return _Prepared(setup, predict_files, Job(exp, setup.initial_params, evaluator))
 
 
 def run(recipe: Recipe, init: str | Pretrained, train: Data, eval: Data,

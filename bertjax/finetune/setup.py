@@ -9,14 +9,14 @@ them, and a family that cannot serve the task type says so in one line.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
-import numpy as np
 
 from bertjax.finetune.adapter import Adapter, Arrays, SetupError, check_supported
-from bertjax.finetune.arrays import ArraySource
+from bertjax.finetune.arrays import ArraySource, describe
 from bertjax.finetune.examples import Example
 from bertjax.finetune.families import get_adapter
 from bertjax.finetune.glue_tasks import named_glue_task
@@ -26,6 +26,7 @@ from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.task import EvalData, Task, integer_labels
 from bertjax.finetune.tasks import get_task
 from bertjax.objectives.objective import Objective
+from bertjax.training.evaluation import jit_inference
 from bertjax.typing import Params
 
 if TYPE_CHECKING:  # the pretrained model's loaders import every converter
@@ -71,17 +72,16 @@ class TaskSetup:
         """(params, inputs) -> the head's outputs (jittable)."""
         return self.adapter.predict(params, inputs)
 
+    @functools.cached_property
+    def jitted_predict(self) -> Callable[[Params, Arrays], jax.Array]:
+        """`predict` compiled for inference, once per setup: the dev evaluation, other
+        labelled sets and the --predict files share its compiled shapes."""
+        return jit_inference(self.predict)
+
     def initial_params(self, params: Params) -> Params:
         """A fresh run's params -> with the pretrained model, unless the recipe keeps the
         random initialisation (finetune.pretrained = False: the papers' no-pretraining rows)."""
         return self.adapter.initial_params(params) if self.adapter.recipe.pretrained else params
-
-    def decode(self, outputs: np.ndarray) -> tuple[list, dict]:
-        """The evaluation examples' predictions and extras (see Task.decode)."""
-        return self.task.decode(outputs, self.data)
-
-    def measure(self, predictions: list) -> dict[str, float]:
-        return self.task.measure(predictions, self.data)
 
     def encode_unlabelled(self, examples: Sequence[Example]) -> tuple[Arrays, EvalData]:
         """Model inputs of unlabelled examples (a test split), and what decoding them needs."""
@@ -96,13 +96,15 @@ class TaskSetup:
                save_files: Callable[[Any], dict] | None = None
                ) -> ArraySource | PackedArraySource:
         """The training examples as the loop's data source: packed rows where the adapter
-        packs them, else rows of one example, cut to length buckets where it allows
-        (`name` and `save_files`: see ArraySource)."""
-        if self.adapter.packing:
-            return PackedArraySource(self.train, self.adapter.packing, seed=seed, name=name,
-                                     save_files=save_files)
-        return ArraySource(self.train, seed=seed, buckets=self.buckets, name=name,
-                           save_files=save_files)
+        packs them, else rows of one example, cut to length buckets where it allows. `name`:
+        where the examples were read from, which the source records with their rows and
+        digest (arrays.describe); `save_files`: see ArraySource."""
+        name = None if name is None else describe(name, self.train)
+        if not self.adapter.packing:
+            return ArraySource(self.train, seed=seed, buckets=self.buckets, name=name,
+                               save_files=save_files)
+        return PackedArraySource(self.train, self.adapter.packing, seed=seed, name=name,
+                                 save_files=save_files)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,11 +8,13 @@ choice, ...) is one `Task` subclass in `bertjax/finetune/tasks/`, registered by 
     inputs       what a family encodes: TEXTS (one or two texts), WORDS (a tagged word
                  sequence), CHOICES (a context and its endings) or QUESTIONS (a question on a
                  context)
-    output       what the head predicts and the loss that trains it (bertjax.finetune.outputs)
+    output       what the head predicts, the loss that trains it, and so what each training
+                 example teaches (a class index, a score, ...), what predictions are compared
+                 with and how the head's outputs decode into predictions
+                 (bertjax.finetune.outputs: a task type with one of its outputs writes none
+                 of these)
     label_names  its label vocabulary, from the training examples
-    targets      the value each training example teaches (a class index, a score, ...)
-    decode       the head's outputs back into predictions comparable with `golds`
-    measure      the papers' metrics, the main one (which picks the best checkpoint) first
+    metrics      the papers' metrics, the main one (which picks the best checkpoint) first
 
 How the examples become token arrays and which model predicts is the family's part (an
 `Adapter`, bertjax.finetune.adapter): a task type never names a family, and a family adapter
@@ -21,42 +23,18 @@ never names a task type, only the inputs and outputs it supports.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from bertjax.finetune import readers
 from bertjax.finetune.examples import Example, Reading, TaggedSentence, TaskDataError, TextExample
-from bertjax.finetune.outputs import Layout, Output
+from bertjax.finetune.outputs import EvalData, Output
 from bertjax.metrics import Metrics, compute
 
-if TYPE_CHECKING:
-    from bertjax.finetune.recipe import Recipe
-
 TEXTS, WORDS, CHOICES, QUESTIONS = "texts", "words", "choices", "questions"
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalData:
-    """What decoding and measuring need besides the head's outputs: the examples, their ids
-    and golds, the label vocabulary, the encoding's layout (word positions, QA windows; see
-    bertjax.finetune.adapter.Encoded) and the recipe (decoding settings)."""
-
-    examples: Sequence[Example]
-    golds: list | None  # None for unlabelled examples (a test split)
-    labels: list[str] | None
-    layout: Layout
-    recipe: Recipe
-    # label i is the data's class i (TFDS ids, finetune.labels, labels 0..k-1), not a
-    # position in sorted names: what "class 1" of a binary task means (GLUE's F1)
-    numbered: bool = False
-
-    @property
-    def ids(self) -> list[str]:
-        return [ex.id for ex in self.examples]
 
 
 class Task:
@@ -96,17 +74,19 @@ class Task:
         return len(labels) if labels else 1
 
     def targets(self, examples: Sequence[Example], labels: list[str] | None) -> list:
-        """The value each training example teaches; the family turns it into target arrays."""
-        raise NotImplementedError
+        """The value each training example teaches (its output's); the family turns it into
+        target arrays."""
+        return self.output.values(examples, labels)
 
     def golds(self, examples: Sequence[Example]) -> list:
-        """Per example, what a prediction is compared with."""
-        raise NotImplementedError
+        """Per example, what a prediction is compared with (its output's)."""
+        return self.output.golds(examples)
 
     def decode(self, outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
         """(one prediction per example, extras for eval_results.json; an extra "files" maps
-        names to the texts of official output files, see finetune/official.py)."""
-        raise NotImplementedError
+        names to the texts of official output files, see finetune/official.py): its
+        output's decoding."""
+        return self.output.decode(outputs, data)
 
     def metric_options(self, data: EvalData) -> dict[str, Any]:
         """Options of the metric functions (e.g. the positive class of F1)."""

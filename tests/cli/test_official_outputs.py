@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from bertjax.finetune import official
-from bertjax.finetune.recipe import Recipe
 from bertjax.finetune.tasks import get_task
 from tests.in_process import run_tool
 from tests.minilm import random_bert
@@ -212,8 +211,7 @@ def test_every_tfds_glue_test_split_names_a_glue_submission_file():
 
 def test_predict_with_a_task_glue_does_not_score_is_refused():
     with pytest.raises(ValueError, match="--predict writes GLUE submissions"):
-        official.read_unlabelled(["test.tsv"], Recipe(family="bert", task="tagging"),
-                                 get_task("tagging"))
+        official.read_unlabelled(["test.tsv"], get_task("tagging"))
 
 
 def test_each_predict_file_is_read_once_and_keeps_its_labels_for_the_warning(
@@ -231,8 +229,7 @@ def test_each_predict_file_is_read_once_and_keeps_its_labels_for_the_warning(
     monkeypatch.setattr(readers, "read_text",
                         lambda path: reads.update([path.name]) or read_text(path))
     task = get_task("classification")
-    named = official.read_unlabelled([str(labelled), str(unlabelled)],
-                                     Recipe(family="bert", task="classification"), task)
+    named = official.read_unlabelled([str(labelled), str(unlabelled)], task)
     assert reads == {"other.tsv": 1, "test.tsv": 1}
     assert [ex.label for ex in named["other"]] == ["7", "0"]
     assert [ex.label for ex in named["SST-2"]] == [None, None]

@@ -52,7 +52,7 @@ def tfds_examples(name, ids):
 def measure(model, train, dev, predictions, **settings):
     recipe = Recipe("bert", "pair_classification", max_seq_length=16, **settings)
     setup = setup_task(recipe, model, train, dev, "dev")
-    return setup, setup.measure(predictions)
+    return setup, setup.task.measure(predictions, setup.data)
 
 
 @pytest.mark.parametrize("name, positive", [("glue/mrpc", "equivalent"),

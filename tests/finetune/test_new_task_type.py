@@ -3,9 +3,7 @@ test) is registered and trains end to end through `bertjax.finetune.run`, touchi
 family, CLI or GLUE code; and the walkthroughs' file lists name files that exist."""
 
 import re
-from collections.abc import Sequence
 
-import numpy as np
 import pytest
 
 import bertjax.finetune
@@ -14,7 +12,7 @@ from bertjax.data.corpora import stdlib_documents
 from bertjax.finetune.examples import Reading, TextExample
 from bertjax.finetune.outputs import SCORE
 from bertjax.finetune.recipe import Recipe
-from bertjax.finetune.task import TASKS, TEXTS, EvalData, Task, register
+from bertjax.finetune.task import TASKS, TEXTS, Task, register
 from bertjax.training.mesh import make_mesh
 from tests.conftest import REPO_ROOT
 
@@ -23,21 +21,13 @@ FIXTURE = REPO_ROOT / "tests" / "fixtures" / "workdirs" / "bert_pretraining"
 
 class WordCount(Task):
     """How many words a sentence has, as a score: a task type of one module (which would
-    carry `@register`; the fixture registers it only while its test runs)."""
+    carry `@register`; the fixture registers it only while its test runs). Its output, a
+    score, fixes what it trains on, compares and decodes: the task type says none of it."""
 
     name = "toy_word_count"
     reading = Reading("table", name, text_counts=(1,), numeric_label=True)
     inputs, output = TEXTS, SCORE
     metrics = metrics.REGRESSION
-
-    def targets(self, examples: Sequence[TextExample], labels: None) -> list[float]:
-        return [float(ex.label) for ex in examples]
-
-    def golds(self, examples: Sequence[TextExample]) -> list[float]:
-        return [float(ex.label) for ex in examples]
-
-    def decode(self, outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
-        return outputs.reshape(len(outputs)).astype(float).tolist(), {}
 
 
 @pytest.fixture
@@ -77,3 +67,12 @@ def test_the_walkthroughs_name_files_that_exist():
     for path in sorted(paths):
         pattern = re.sub(r"<\w+>", "*", path)
         assert list(REPO_ROOT.glob(pattern)), path
+
+
+def test_no_task_type_rewrites_what_its_output_fixes():
+    """Each output kind (finetune/outputs.py) owns what a training example teaches, the golds
+    and the decoding, so no registered task type defines them again."""
+    assert {"classification", "regression", "tagging", "multiple_choice", "qa"} <= set(TASKS)
+    for name, task in TASKS.items():
+        for method in ("targets", "golds", "decode"):
+            assert getattr(type(task), method) is getattr(Task, method), (name, method)

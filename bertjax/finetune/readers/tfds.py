@@ -132,19 +132,12 @@ def examples_from_tfds(
     names: class names of the ClassLabel features (`class_names(info.features)`).
     """
     rows = [decode_example(example, names) for example in examples]
-    found = reader(reading).from_tfds(where, rows, reading, text_columns=text_columns,
-                                      label_column=label_column, training=training)
-    return Examples(found, label_order(where, rows, reading, names, label_column))
-
-
-def label_order(where: str, rows: Sequence[Mapping[str, Any]], reading: Reading,
-                names: Mapping[str, Sequence[str]], label_column: str | None
-                ) -> tuple[str, ...] | None:
-    """The ClassLabel names of the feature the examples' labels were read from, in TFDS's id
-    order (glue/mrpc: not_equivalent, equivalent), or None: no rows, or labels that are not
-    ClassLabel ids (a regression score, SQuAD's answers)."""
-    find = getattr(reader(reading), "label_feature", None)
-    if find is None or not rows:
-        return None
-    key = find(where, list(rows[0]), label_column)
-    return tuple(names[key]) if key in names else None
+    format_reader = reader(reading)
+    found = format_reader.from_tfds(where, rows, reading, text_columns=text_columns,
+                                    label_column=label_column, training=training)
+    # the label order: the ClassLabel names of the feature the labels were read from, in
+    # TFDS's id order (glue/mrpc: not_equivalent, equivalent), or None: no rows, or labels
+    # that are not ClassLabel ids (a regression score, SQuAD's answers)
+    find = getattr(format_reader, "label_feature", None)
+    key = find(where, list(rows[0]), label_column) if find is not None and rows else None
+    return Examples(found, tuple(names[key]) if key in names else None)

@@ -12,8 +12,6 @@ nor is a binary F1 reported for three classes (MNLI), where GLUE reports accurac
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from bertjax import metrics
 from bertjax.finetune.examples import Reading, TaskDataError, TextExample
 from bertjax.finetune.outputs import CLASSES
@@ -34,16 +32,6 @@ class Classification(Task):
     def label_names(self, train: Sequence[TextExample], dev: Sequence[TextExample],
                     eval_spec: str, order: Sequence[str] | None = None) -> list[str]:
         return check_labels(train, dev, eval_spec, order)
-
-    def targets(self, examples: Sequence[TextExample], labels: list[str]) -> list[int]:
-        index = {label: i for i, label in enumerate(labels)}
-        return [index[ex.label] for ex in examples]
-
-    def golds(self, examples: Sequence[TextExample]) -> list:
-        return [ex.label for ex in examples]
-
-    def decode(self, outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
-        return [data.labels[i] for i in outputs.argmax(-1)], {}
 
     def metric_options(self, data: EvalData) -> dict:
         return {"labels": data.labels}

@@ -1,14 +1,10 @@
 """Regression on one or two texts (STS-B's 0-5 similarity): one score per example, trained
 with squared error. Metrics: Pearson, Spearman."""
 
-from collections.abc import Sequence
-
-import numpy as np
-
 from bertjax import metrics
-from bertjax.finetune.examples import Reading, TextExample
+from bertjax.finetune.examples import Reading
 from bertjax.finetune.outputs import SCORE
-from bertjax.finetune.task import TEXTS, EvalData, Task, register
+from bertjax.finetune.task import TEXTS, Task, register
 
 
 @register
@@ -20,12 +16,3 @@ class Regression(Task):
     inputs, output = TEXTS, SCORE
     metrics = metrics.REGRESSION
     submissions = True
-
-    def targets(self, examples: Sequence[TextExample], labels: None) -> list[float]:
-        return [float(ex.label) for ex in examples]
-
-    def golds(self, examples: Sequence[TextExample]) -> list[float]:
-        return [float(ex.label) for ex in examples]
-
-    def decode(self, outputs: np.ndarray, data: EvalData) -> tuple[list, dict]:
-        return outputs.reshape(len(outputs)).astype(float).tolist(), {}
