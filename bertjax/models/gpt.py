@@ -132,7 +132,7 @@ class GptLM(nn.Module):
         x_BxLxE = self.token_embeddings(input_ids_BxL) + self.position_embeddings(position_ids_BxL)
         x_BxLxE = x_BxLxE.astype(self.config.transformer.compute_dtype)
         x_BxLxE = self.dropout(x_BxLxE, deterministic=deterministic)
-        # Decoding adds the causal part from the cache index (layers/attention.py).
+        # Decoding adds the causal part from the cache index (layers/kv_cache.py).
         mask = AttentionMask(None if input_mask is None else mask_BxT, causal=not decode)
         return self.transformer(x_BxLxE, mask, deterministic, decode)
 
