@@ -3,7 +3,7 @@
 The reference, exact on every platform ("xla", the CPU default):
 
     q, k, v  = x W_q + b_q, x W_k + b_k, x W_v + b_v          per head: [B, L, H, D]
-    p        = softmax(q k^T / sqrt(D), masked)               [B, H, Q, T], in float32
+    p        = softmax(q k^T / sqrt(D), masked)               [B, H, Q, T], softmax in float32
     out      = dropout(p) v W_out + b_out                      [B, Q, E]
 
 with the probabilities materialised. Its attention dropout draws from the run's dropout key, so
