@@ -5,13 +5,15 @@ text's tokens, for the feature-based approach (a small classifier on top of a fr
     feats_NxKxE = layer_features(model, ["Stocks rallied.", ...], max_length=64)
     twin = random_twin(model, seed=1)                      # same architecture, no pretraining
 
-Layers, index 0 first (K of them): the static token vectors (BERT's and GPT's word-piece
-embedding rows, ELMo's char-CNN output), then each contextual layer (BERT's and GPT's
-Transformer layers, ELMo's biLSTM layers as [forward; backward]). GPT's last layer is its
-final hidden state (after the last LayerNorm of a pre-LN model). Special tokens ([CLS],
-[SEP], <S>, </S>) are not pooled: every family pools the vectors of the text's own tokens,
-so the same classifier reads the same kind of summary from each. A text longer than
-`max_length` tokens is cut.
+Layers, index 0 first (K of them), as each family's `layer_states` numbers them: the static
+token vectors (BERT's and GPT's word-piece embedding rows, ELMo's char-CNN output), then
+BERT's embedding output (word + segment + position, LayerNorm: a layer, as in the BERT
+paper's Table 7) and each contextual layer (BERT's and GPT's Transformer layers, ELMo's
+biLSTM layers as [forward; backward]). So K is L + 2 for a BERT of L layers, L + 1 for a GPT
+or an ELMo. GPT's last layer is its final hidden state (after the last LayerNorm of a pre-LN
+model). Special tokens ([CLS], [SEP], <S>, </S>) are not pooled: every family pools the
+vectors of the text's own tokens, so the same classifier reads the same kind of summary from
+each. A text longer than `max_length` tokens is cut.
 
 Why mean-pooling: it is the one summary every family has (GPT's extract token and BERT's
 [CLS] are only trained when fine-tuned), and it is what a feature-based comparison of frozen
@@ -79,9 +81,8 @@ def _bert_features(model: Any, texts: Sequence[str], max_length: int) -> np.ndar
 
     @jax.jit
     def forward(ids: Any, mask: Any) -> Any:
-        hidden = encoder.apply({"params": params}, ids, None, mask)["hidden_states"]
-        table_VxE = params["embeddings"]["word_embeddings"]["embedding"]
-        return jnp.stack([table_VxE[ids], *hidden[1:]])  # static rows, then layers 1..L
+        return jnp.stack(encoder.apply({"params": params}, ids, None, mask,
+                                       method=BertModel.layer_states))
 
     return _pooled_batches(rows, cap, ([vocab.cls_id], [vocab.sep_id]), forward)
 
@@ -95,10 +96,8 @@ def _gpt_features(model: Any, texts: Sequence[str], max_length: int) -> np.ndarr
 
     @jax.jit
     def forward(ids: Any, mask: Any) -> Any:
-        final_BxTxE, layers = lm.apply({"params": params}, ids, mask,
-                                       method=gpt_model.GptLM.hidden)
-        table_VxE = params["token_embeddings"]["embedding"]
-        return jnp.stack([table_VxE[ids], *layers[1:-1], final_BxTxE])  # inputs left out
+        return jnp.stack(lm.apply({"params": params}, ids, mask,
+                                  method=gpt_model.GptLM.layer_states))
 
     return _pooled_batches(rows, cap, ([], []), forward)
 

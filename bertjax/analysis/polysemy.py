@@ -5,7 +5,8 @@
     plot_similarities(vectors, "bank.png")                      # one panel per layer
     third_sense(sims_KxNxN[-1])                                 # is "blood bank" its own sense?
 
-Layers, index 0 first (`WordVectors.layer_names`):
+Layers, index 0 first (`WordVectors.layer_names`), as each family's `layer_states` numbers
+them (`BertModel.layer_states`, `GptLM.layer_states`, `models.elmo.layer_states`):
 
 - BERT: "token" (the word-piece embedding rows alone: static, identical in every sentence),
   "embeddings" (the encoder's input: word + position + segment embeddings, LayerNorm; *not*
@@ -120,14 +121,13 @@ def bert_word_vectors(
     """The word's vector in each sentence at the token embedding and every BERT layer."""
     encoded = [_word_piece_positions(vocab, s, word) for s in sentences]
     ids_NxT, mask_NxT = _padded([[vocab.cls_id, *ids, vocab.sep_id] for ids, _ in encoded])
-    params = nn.unbox(params)
-    apply = jax.jit(lambda p, i, m: BertModel(config).apply({"params": p}, i, None, m))
-    hidden = apply(params, jnp.asarray(ids_NxT), jnp.asarray(mask_NxT))["hidden_states"]
-    table_VxE = np.asarray(params["embeddings"]["word_embeddings"]["embedding"])
-    states_KxNxTxE = np.stack([table_VxE[ids_NxT], *map(np.asarray, hidden)])
+    apply = jax.jit(lambda p, i, m: BertModel(config).apply(
+        {"params": p}, i, None, m, method=BertModel.layer_states))
+    states = apply(nn.unbox(params), jnp.asarray(ids_NxT), jnp.asarray(mask_NxT))
+    states_KxNxTxE = np.stack([np.asarray(x) for x in states])
     # +1: the pieces sit after [CLS]
     vectors_KxNxE = _word_means(states_KxNxTxE, [[p + 1 for p in ps] for _, ps in encoded])
-    names = ("token", "embeddings", *(f"layer {i}" for i in range(1, len(hidden))))
+    names = ("token", "embeddings", *(f"layer {i}" for i in range(1, len(states_KxNxTxE) - 1)))
     return WordVectors(word, tuple(sentences), names, vectors_KxNxE)
 
 
@@ -158,15 +158,12 @@ def gpt_word_vectors(
     of several tokens: their mean)."""
     encoded = [_bpe_positions(bpe, s, word) for s in sentences]
     ids_NxT, mask_NxT = _padded([ids for ids, _ in encoded])
-    params = nn.unbox(params)
-    lm = GptLM(config)
-    apply = jax.jit(lambda p, i, m: lm.apply({"params": p}, i, m, method=GptLM.hidden))
-    final, hidden = apply(params, jnp.asarray(ids_NxT), jnp.asarray(mask_NxT))
-    table_VxE = np.asarray(params["token_embeddings"]["embedding"])
-    layers = [*map(np.asarray, hidden[1:-1]), np.asarray(final)]  # the inputs left out
-    states_KxNxTxE = np.stack([table_VxE[ids_NxT], *layers])
+    apply = jax.jit(lambda p, i, m: GptLM(config).apply(
+        {"params": p}, i, m, method=GptLM.layer_states))
+    states = apply(nn.unbox(params), jnp.asarray(ids_NxT), jnp.asarray(mask_NxT))
+    states_KxNxTxE = np.stack([np.asarray(x) for x in states])
     vectors_KxNxE = _word_means(states_KxNxTxE, [positions for _, positions in encoded])
-    names = ("token", *(f"layer {i}" for i in range(1, len(layers) + 1)))
+    names = ("token", *(f"layer {i}" for i in range(1, len(states_KxNxTxE))))
     return WordVectors(word, tuple(sentences), names, vectors_KxNxE)
 
 

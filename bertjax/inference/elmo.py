@@ -26,7 +26,7 @@ import numpy as np
 from bertjax import files
 from bertjax.convert.elmo_hdf5 import load_bilm_hdf5, word_tokenizer_of
 from bertjax.models import elmo
-from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations, zero_carry
+from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_states, zero_carry
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, sentence_char_ids, tokenize
 from bertjax.training.checkpoint import load_trained
 from bertjax.training.workdir import tokenizer_file
@@ -73,7 +73,7 @@ class ElmoEmbedder:
                             char_ids: jax.Array | None, lengths: jax.Array
                             ) -> tuple[jax.Array, jax.Array]:
             out = self.model.apply({"params": params}, token_ids, char_ids, lengths, True)
-            return layer_representations(out), out["token"]
+            return layer_states(out), out["token"]
 
         def stream_window(params: Params, forward: tuple, backward: tuple, carry: dict
                           ) -> tuple[jax.Array, list[jax.Array], list[jax.Array], dict]:

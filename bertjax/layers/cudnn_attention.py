@@ -14,7 +14,8 @@ launch once per step when the layer has a kernel of its own, so they draw the sa
 kernel serving every layer of a scanned stack would launch once per layer, forward in layer
 order and backward in reverse, and pair each layer's backward with another layer's mask. So
 every attention layer has its own seed (`layer_seed`: the module path and the layer index)
-and, in a scanned stack, its own kernel (MultiHeadAttention switches on the layer index).
+and, in a scanned stack, its own kernel (layers/fused_attention.py switches on the layer
+index).
 """
 
 import zlib

@@ -9,8 +9,6 @@ import jax
 import jax.numpy as jnp
 
 from bertjax.layers.attention import (
-    ATTENTION_IMPLS,
-    NO_DROPOUT_IMPLS,
     AttentionMask,
     Layer,
     MultiHeadAttention,
@@ -18,6 +16,7 @@ from bertjax.layers.attention import (
     keep_queries,
 )
 from bertjax.layers.dropout import Dropout
+from bertjax.layers.fused_attention import ATTENTION_IMPLS, NO_DROPOUT_IMPLS
 
 Array = jax.Array
 
@@ -59,7 +58,7 @@ class TransformerConfig:
     dtype: str = "float32"  # compute dtype; "bfloat16" on TPU and GPU
     param_dtype: str = "float32"
     # "auto" (XLA on CPU and TPU; cuDNN's fused kernel on GPU, attention dropout included),
-    # "xla", "dot_product" or "splash": see layers/attention.py.
+    # "xla", "dot_product" or "splash": see layers/fused_attention.py.
     attention_impl: str = "auto"
     # Q, K and V from one matrix product (their kernels concatenated as the step runs: the
     # parameters and checkpoints stay three), and BERT's position and segment embeddings by
@@ -233,7 +232,7 @@ class TransformerStack(nn.Module):
 
     The list of hidden states starts with the stack's input (the embeddings), so it has
     num_layers + 1 entries: what feature extraction and scalar mixes consume. `decode=True`
-    runs the attention layers from their key/value caches (see layers/attention.py); with
+    runs the attention layers from their key/value caches (see layers/kv_cache.py); with
     `scan_layers` the caches are stacked on the leading layer axis like the parameters.
     `last_queries` (a model that reads only some positions: the first n, e.g. [CLS], or each
     row's own positions [B, Q], e.g. a packed row's [CLS]s) returns the final states of those

@@ -170,6 +170,27 @@ class BertModel(nn.Module):
         """Projection onto the vocabulary with the token embedding table."""
         return self.embeddings.attend(h_BxPxE)
 
+    def layer_states(self, input_ids: Array, segment_ids: Array | None = None,
+                     input_mask: Array | None = None) -> list[Array]:
+        """Every layer's vector of every token, without dropout: K = num_layers + 2 arrays
+        [B, L, E]. What the analyses read and the feature-based heads choose from.
+
+            0      the WordPiece embedding rows alone: static, a piece's vector wherever it
+                   stands (every family's layer 0 is its context-free token vectors)
+            1      the embedding output: word + segment + position embeddings, LayerNorm
+            1 + k  Transformer layer k's output (k = 1 .. num_layers)
+
+        The embedding output is a layer: the paper's feature-based study (Table 7) counts it
+        as the "First Layer (Embeddings)". So index 1 + k is `hidden_states[k]`, as is
+        Hugging Face's `hidden_states[k]`.
+
+        Layer 0 is in the parameter dtype, the others in the compute dtype: a list, not one
+        stacked array, so the caller chooses where the cast happens (inside a jitted function
+        XLA may skip rounding to bfloat16 before it)."""
+        hidden_states = self(input_ids, segment_ids, input_mask)["hidden_states"]
+        table_VxE = self.embeddings.word_embeddings.embedding
+        return [table_VxE[input_ids], *hidden_states]
+
 
 class BertForPreTraining(nn.Module):
     """BERT with the MLM head (on gathered positions only) and the NSP head."""

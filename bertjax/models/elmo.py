@@ -243,8 +243,10 @@ def zero_carry(config: ElmoConfig, batch_size: int) -> dict[str, np.ndarray]:
             "h": np.zeros((batch_size, L, 2, P), np.float32)}
 
 
-def layer_representations(outputs: dict[str, Any]) -> Array:
-    """[K, B, T, 2P] with h_0 = [x; x] and h_j = [forward_j; backward_j] (see module doc)."""
+def layer_states(outputs: dict[str, Any]) -> Array:
+    """Every layer's vector of every token from `ElmoBiLM`'s outputs: [K = L + 1, B, T, 2P],
+    float32, with h_0 = [x; x] (the token layer: static, context-free) and h_j = [forward_j;
+    backward_j] (see module doc). What the analyses read and ELMo's task models mix."""
     x_BxTxP = outputs["token"]
     layers: Sequence[Array] = [jnp.concatenate([x_BxTxP, x_BxTxP], -1)] + [
         jnp.concatenate([f, b], -1) for f, b in zip(outputs["forward"], outputs["backward"],

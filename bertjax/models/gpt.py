@@ -132,7 +132,7 @@ class GptLM(nn.Module):
         x_BxLxE = self.token_embeddings(input_ids_BxL) + self.position_embeddings(position_ids_BxL)
         x_BxLxE = x_BxLxE.astype(self.config.transformer.compute_dtype)
         x_BxLxE = self.dropout(x_BxLxE, deterministic=deterministic)
-        # Decoding adds the causal part from the cache index (layers/attention.py).
+        # Decoding adds the causal part from the cache index (layers/kv_cache.py).
         mask = AttentionMask(None if input_mask is None else mask_BxT, causal=not decode)
         return self.transformer(x_BxLxE, mask, deterministic, decode)
 
@@ -145,6 +145,23 @@ class GptLM(nn.Module):
         """Next-token logits [B, L, V]; the arguments are `hidden`'s."""
         h_BxLxE, _ = self.hidden(*args, **kwargs)
         return self.logits(h_BxLxE)
+
+    def layer_states(self, input_ids_BxL: Array, input_mask: Array | None = None
+                     ) -> list[Array]:
+        """Every layer's vector of every token, without dropout: K = num_layers + 1 arrays
+        [B, L, E] (layer 0 in the parameter dtype, the others in the compute dtype, as
+        `BertModel.layer_states`). What the analyses read.
+
+            0   the token embedding rows alone: static, a token's vector wherever it stands
+                (every family's layer 0 is its context-free token vectors)
+            k   Transformer layer k's output (k = 1 .. num_layers); the last one is the final
+                hidden state, after the final LayerNorm of a pre-LN model (GPT-2)
+
+        The sum of token and position embeddings that feeds layer 1 is not a layer here: the
+        GPT papers count the Transformer's layers only."""
+        final_BxLxE, hidden_states = self.hidden(input_ids_BxL, input_mask)
+        table_VxE = self.token_embeddings.embedding
+        return [table_VxE[input_ids_BxL], *hidden_states[1:-1], final_BxLxE]
 
 
 def init_cache(model: GptLM, batch_size: int, cache_length: int) -> Collection:

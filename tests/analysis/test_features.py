@@ -1,13 +1,16 @@
 """Frozen features of every family from tiny random models: one vector per layer, static layer
-first, a text's features the same in any batch, special tokens not pooled; random twins."""
+first, BERT's embedding output a layer (as in the word vectors), a text's features the same in
+any batch, special tokens not pooled; random twins."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bertjax.analysis import polysemy
 from bertjax.analysis.features import layer_features, random_twin
 from bertjax.finetune.pretrained import Pretrained
-from bertjax.models.bert import bert_config
+from bertjax.models.bert import BertModel, bert_config
 from bertjax.models.elmo import elmo_config
 from bertjax.models.gpt import gpt_config
 from bertjax.tokenizers.bpe import learn_bpe
@@ -35,7 +38,7 @@ def models(tmp_path_factory):
     return {m.family: random_twin(m, seed=0) for m in shells}
 
 
-@pytest.mark.parametrize("family, layers, width", [("bert", 3, 32), ("gpt", 4, 32),
+@pytest.mark.parametrize("family, layers, width", [("bert", 4, 32), ("gpt", 4, 32),
                                                     ("elmo", 3, 32)])
 def test_one_vector_per_layer_and_batch_independent(models, family, layers, width):
     model = models[family]
@@ -52,6 +55,21 @@ def test_static_layer_is_the_mean_of_the_texts_own_embedding_rows(models):
     ids = model.tokenizer.encode(TEXTS[0])  # [CLS] and [SEP] are not pooled
     table = np.asarray(model.params["embeddings"]["word_embeddings"]["embedding"])
     np.testing.assert_allclose(features[0, 0], table[ids].mean(0), atol=1e-6)
+
+
+def test_bert_embedding_output_is_layer_1_as_in_the_word_vectors(models):
+    """The BERT paper's Table 7 counts the embedding output as a layer: the features and
+    `polysemy`'s word vectors number BERT's layers alike (token, embeddings, layer 1 ..)."""
+    model = models["bert"]
+    features = layer_features(model, TEXTS[:1])
+    ids = model.tokenizer.encode(TEXTS[0])
+    row = jnp.asarray([[model.tokenizer.cls_id, *ids, model.tokenizer.sep_id]])
+    hidden = BertModel(model.config).apply({"params": model.params}, row)["hidden_states"]
+    np.testing.assert_allclose(features[0, 1], np.asarray(hidden[0])[0, 1:-1].mean(0),
+                               atol=1e-5)
+    vectors = polysemy.bert_word_vectors(model.config, model.params, model.tokenizer,
+                                         ["Rain."], "rain")
+    assert features.shape[1] == len(vectors.layer_names) == vectors.vectors.shape[0]
 
 
 def test_random_twins_differ_by_seed_and_repeat(models):

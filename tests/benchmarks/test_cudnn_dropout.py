@@ -33,11 +33,11 @@ class SeededDropoutBinding:
 
 @pytest.fixture
 def seeded_cudnn(monkeypatch):
-    import bertjax.layers.attention as attention
+    import bertjax.layers.fused_attention as dispatch
     from bertjax.layers import cudnn_attention
 
     monkeypatch.setattr(cudnn_attention, "_binding", SeededDropoutBinding)
-    monkeypatch.setattr(attention, "cudnn_runs", lambda dtype, head_dim: True)
+    monkeypatch.setattr(dispatch, "cudnn_runs", lambda dtype, head_dim: True)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
 
 

@@ -14,8 +14,9 @@ import pytest
 
 from bertjax.generation.decode import generate_ids
 from bertjax.generation.sampling import Sampling
-from bertjax.layers.attention import AttentionMask, MultiHeadAttention, resolve_impl
+from bertjax.layers.attention import AttentionMask, MultiHeadAttention
 from bertjax.layers.cudnn_attention import cudnn_runs
+from bertjax.layers.fused_attention import resolve_impl
 from bertjax.layers.transformer import TransformerConfig
 from bertjax.models.bert import BertModel, bert_config
 from bertjax.models.gpt import GptLM, gpt_config
@@ -185,7 +186,7 @@ def test_cudnn_calls_carry_dropout_packed_layout_and_a_seed_per_layer(monkeypatc
     """What bertjax asks of cuDNN (checked against the binding's signature): the dropout rate,
     a static seed per attention layer, the packed rows' offsets and lengths, and zeros at the
     padding of packed rows."""
-    import bertjax.layers.attention as attention
+    import bertjax.layers.fused_attention as dispatch
     from bertjax.layers import cudnn_attention as module
 
     config = bert_config("tiny", vocab_size=300, dtype="bfloat16", attention_dropout_rate=0.1)
@@ -195,7 +196,7 @@ def test_cudnn_calls_carry_dropout_packed_layout_and_a_seed_per_layer(monkeypatc
     params = model.init(jax.random.key(1), ids, None, mask.key_mask)
     fake = FakeBinding()
     monkeypatch.setattr(module, "_binding", lambda: fake)
-    monkeypatch.setattr(attention, "cudnn_runs", lambda dtype, head_dim: True)
+    monkeypatch.setattr(dispatch, "cudnn_runs", lambda dtype, head_dim: True)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     out = model.apply(params, ids, None, mask.key_mask, jnp.zeros((3, 12), jnp.int32),
                       deterministic=False, sequence_ids=mask.sequence_ids,
@@ -218,7 +219,7 @@ def test_every_layer_launches_cudnn_with_its_own_dropout_seed(monkeypatch, scan_
     must run a kernel of its own seed (layers/cudnn_attention.py). A scanned stack's layers
     share one module path, so the seed folds in the layer index and each layer switches to
     its own kernel: the kernels that run, layer by layer, have four different seeds."""
-    import bertjax.layers.attention as attention
+    import bertjax.layers.fused_attention as dispatch
     from bertjax.layers import cudnn_attention as module
 
     config = bert_config("tiny", vocab_size=300, dtype="bfloat16", attention_dropout_rate=0.1,
@@ -228,7 +229,7 @@ def test_every_layer_launches_cudnn_with_its_own_dropout_seed(monkeypatch, scan_
     params = model.init(jax.random.key(1), ids)
     fake = FakeBinding()
     monkeypatch.setattr(module, "_binding", lambda: fake)
-    monkeypatch.setattr(attention, "cudnn_runs", lambda dtype, head_dim: True)
+    monkeypatch.setattr(dispatch, "cudnn_runs", lambda dtype, head_dim: True)
     monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
     jax.block_until_ready(model.apply(params, ids, deterministic=False,
                                       rngs={"dropout": jax.random.key(2)}))

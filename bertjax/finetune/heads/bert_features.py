@@ -1,19 +1,21 @@
 """BERT's feature-based approach (Devlin et al. 2018, section 5.3 and Table 7) as an Objective.
 
-    hidden_states = frozen BERT(tokens)                     num_layers + 1 layers [B, L, E]
-    features      = one of COMBINES                         [B, L, E] (concat: [B, L, 4E])
-    logits        = W dropout(BiLSTM(features))             two layers, `hidden` per direction
+    states   = frozen BERT's layer_states(tokens)           num_layers + 2 layers [B, L, E]
+    features = one of COMBINES                              [B, L, E] (concat: [B, L, 4E])
+    logits   = W dropout(BiLSTM(features))                  two layers, `hidden` per direction
 
 The paper's NER study: activations of one or more layers of a BERT that is not fine-tuned feed
 a randomly initialised two-layer 768-unit BiLSTM and a token classifier; a word's label sits
-on its first WordPiece and the other pieces get weight 0 in the loss. The feature choices:
+on its first WordPiece and the other pieces get weight 0 in the loss. The feature choices, as
+indices into `BertModel.layer_states` (0 the static WordPiece rows, 1 the embedding output,
+1 + k Transformer layer k):
 
-    embeddings        layer 0 (the embedding output)
-    second_to_last    hidden_states[-2]
-    last              hidden_states[-1]
+    embeddings        states[1] (the embedding output, the paper's "First Layer")
+    second_to_last    states[-2]
+    last              states[-1]
     sum_last_four     ScalarMix of the last four: learned softmax weights and a scale
     concat_last_four  [h_-4; h_-3; h_-2; h_-1]              4E wide (the paper's best)
-    sum_all           ScalarMix of every Transformer layer (1 .. num_layers, not layer 0)
+    sum_all           ScalarMix of every Transformer layer (states[2:], not the embeddings)
 
 BERT's parameters sit under the top-level key "bert" (as for every BERT head, so
 `bertjax.finetune.heads.bert.with_pretrained_encoder` loads them); the loss stops their gradients,
@@ -48,19 +50,20 @@ WEIGHTED = ("sum_last_four", "sum_all")
 
 
 def feature_layers(combine: str, num_layers: int) -> tuple[int, ...]:
-    """Indices into the num_layers + 1 hidden states that `combine` reads."""
+    """Indices into the num_layers + 2 `BertModel.layer_states` that `combine` reads."""
+    last = num_layers + 1
     chosen = {
-        "embeddings": (0,),
-        "second_to_last": (num_layers - 1,),
-        "last": (num_layers,),
-        "sum_last_four": tuple(range(num_layers - 3, num_layers + 1)),
-        "concat_last_four": tuple(range(num_layers - 3, num_layers + 1)),
-        "sum_all": tuple(range(1, num_layers + 1)),
+        "embeddings": (1,),
+        "second_to_last": (last - 1,),
+        "last": (last,),
+        "sum_last_four": tuple(range(last - 3, last + 1)),
+        "concat_last_four": tuple(range(last - 3, last + 1)),
+        "sum_all": tuple(range(2, last + 1)),
     }
     if combine not in chosen:
         raise ValueError(f"unknown feature combination {combine!r}: choose one of "
                          f"{', '.join(COMBINES)}")
-    if min(chosen[combine]) < 0:
+    if min(chosen[combine]) < 1:
         raise ValueError(f"{combine} needs at least 4 Transformer layers, the model has "
                          f"{num_layers}: choose another combination")
     return chosen[combine]
@@ -92,8 +95,8 @@ class BertFeatureTagger(nn.Module):
 
     def features(self, input_ids: Array, segment_ids: Array, input_mask: Array) -> Array:
         """[B, L, F] token features of the frozen encoder (F = feature_size(combine, E))."""
-        hidden = self.bert(input_ids, segment_ids, input_mask, deterministic=True)
-        chosen = [hidden["hidden_states"][i].astype(jnp.float32) for i in self.layer_ids]
+        states = self.bert.layer_states(input_ids, segment_ids, input_mask)
+        chosen = [states[i].astype(jnp.float32) for i in self.layer_ids]
         if self.combine in WEIGHTED:
             return self.layer_mix(chosen, input_mask)
         return jnp.concatenate(chosen, axis=-1)

@@ -56,7 +56,7 @@ from bertjax.layers.bilstm import BiLstmEncoder, length_mask
 from bertjax.layers.dropout import Dropout
 from bertjax.layers.scalar_mix import ScalarMix, scalar_mix_penalty
 from bertjax.layers.scalar_mix import mix_weights as scalar_mix_weights
-from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_representations
+from bertjax.models.elmo import ElmoBiLM, ElmoConfig, layer_states
 from bertjax.objectives.objective import Mean, Metrics, Objective
 from bertjax.typing import Params
 
@@ -164,7 +164,7 @@ class ElmoTaskModel(nn.Module):
                ) -> tuple[Array, Array]:
         """Task features [B, T, D] of one sentence per row, and its [B, T] token mask."""
         bilm_out = self.bilm(token_ids_BxT, char_ids_BxTxC, lengths_B, True)
-        layers_KxBxTxD, words_B = strip_boundaries(layer_representations(bilm_out), lengths_B)
+        layers_KxBxTxD, words_B = strip_boundaries(layer_states(bilm_out), lengths_B)
         mask_BxT = length_mask(words_B, layers_KxBxTxD.shape[2])
         x_BxTxF = self.elmo("input_mix", layers_KxBxTxD, mask_BxT, deterministic)
         if self.settings.word_embed_dim:
