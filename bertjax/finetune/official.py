@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 
 from bertjax import files
 from bertjax.files import write_text
-from bertjax.finetune import readers
 from bertjax.finetune.evaluate import predict_arrays
 from bertjax.finetune.examples import Example
 from bertjax.finetune.qa import (  # noqa: F401 (this module's SQuAD part)
@@ -100,9 +99,8 @@ def read_unlabelled(specs: Sequence[str], task: Task,
         if name in named:
             raise ValueError(f"--predict={spec}: a second file for {name}.tsv: pass one file "
                              "per task")
-        named[name] = readers.read_maybe_labelled(
-            spec, task.reading, text_columns=text_columns,
-            label_column=label_column, split_hint="test")
+        named[name] = task.read(spec, text_columns=text_columns, label_column=label_column,
+                                split_hint="test", labels_optional=True)
     return named
 
 

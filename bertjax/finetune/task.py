@@ -48,10 +48,13 @@ class Task:
     submissions: ClassVar[bool] = False  # --predict writes GLUE submission files of it
 
     def read(self, spec: str | os.PathLike, *, text_columns: Sequence[str] | None = None,
-             label_column: str | None = None, split_hint: str = "train") -> list[Example]:
-        """Its examples from a file or "tfds:NAME[:SPLIT]" (bertjax.finetune.readers)."""
+             label_column: str | None = None, split_hint: str = "train",
+             labels_optional: bool = False) -> list[Example]:
+        """Its examples from a file or "tfds:NAME[:SPLIT]" (bertjax.finetune.readers; with
+        `labels_optional`, a file that may or may not hold labels)."""
         return readers.read(spec, self.reading, text_columns=text_columns,
-                            label_column=label_column, split_hint=split_hint)
+                            label_column=label_column, split_hint=split_hint,
+                            labels_optional=labels_optional)
 
     @property
     def main_metric(self) -> str:

@@ -31,53 +31,33 @@ def read(
     text_columns: Sequence[str] | None = None,
     label_column: str | None = None,
     split_hint: str = "train",
+    labels_optional: bool = False,
 ) -> list[Example]:
     """Examples of a task from a file or "tfds:NAME[:SPLIT]".
 
     `text_columns` and `label_column` override a table's column detection (tables.py;
     label_column="" reads a table without labels). `split_hint` is the split the data is: a
     "train" SQuAD file drops questions left without a valid answer, and a TFDS spec without a
-    split reads this one.
+    split reads this one. `labels_optional`: a file that may hold labels or not (a test split
+    to predict), read once: with its labels where its label column reads, else unlabelled
+    (label None), as label_column="" reads it.
     """
-    columns = dict(text_columns=text_columns, label_column=label_column)
-    if str(spec).startswith("tfds:"):
-        return tfds.read_tfds(str(spec), reading, **columns, split_hint=split_hint)
-    path = files.as_path(spec)  # local or gs://
-    examples = reader(reading).read_file(path, read_text(path), reading, **columns,
-                                         training=split_hint == "train")
-    return _some(path, examples)
-
-
-def read_maybe_labelled(
-    spec: str | os.PathLike,
-    reading: Reading,
-    *,
-    text_columns: Sequence[str] | None = None,
-    label_column: str | None = None,
-    split_hint: str = "test",
-) -> list[Example]:
-    """Examples of a file that may hold labels or not (a test split to predict), the file read
-    once: with their labels where its label column reads (found, or `label_column`), else
-    unlabelled (label None), as `read` with label_column="" reads them."""
-    if str(spec).startswith("tfds:"):
-        try:
-            return tfds.read_tfds(str(spec), reading, text_columns=text_columns,
-                                  label_column=label_column, split_hint=split_hint)
-        except TaskDataError:  # no label feature: read as unlabelled
-            return tfds.read_tfds(str(spec), reading, text_columns=text_columns,
-                                  label_column="", split_hint=split_hint)
-    path = files.as_path(spec)
-    text = read_text(path)
-
     def parse(label: str | None) -> list[Example]:
+        if str(spec).startswith("tfds:"):
+            return tfds.read_tfds(str(spec), reading, text_columns=text_columns,
+                                  label_column=label, split_hint=split_hint)
         return reader(reading).read_file(path, text, reading, text_columns=text_columns,
                                          label_column=label, training=split_hint == "train")
 
+    path = None if str(spec).startswith("tfds:") else files.as_path(spec)  # local or gs://
+    text = "" if path is None else read_text(path)
     try:
         examples = parse(label_column)
-    except TaskDataError:  # no label column, or rows without labels: an unlabelled file
+    except TaskDataError:  # with labels_optional: no label column, an unlabelled file
+        if not labels_optional:
+            raise
         examples = parse("")
-    return _some(path, examples)
+    return examples if path is None else _some(path, examples)
 
 
 def _some(path: files.Path, examples: list[Example]) -> list[Example]:
