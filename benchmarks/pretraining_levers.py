@@ -3,14 +3,15 @@ the held-out masked-LM loss and accuracy each run ends at.
 
     python benchmarks/pretraining_levers.py                      # every lever, 300 steps
     python benchmarks/pretraining_levers.py --levers=pre_ln,no_bias --steps=100
-    python benchmarks/pretraining_levers.py --seeds=3 --pick=pre_ln,dropout_0   # the pick
+    python benchmarks/pretraining_levers.py --seeds=3 --pick=packed,dropout_0   # the pick
 
 The baseline is configs/experiments/bert_agnews_cpu.gin at 128 tokens a row and 32 rows a
-step: BERT-tiny, masked LM without NSP, AdamW at 3e-3 with a 10% linear warmup and a linear
-decay to 0 at the last step. Each lever adds its gin bindings (LEVERS); `--pick` names the
-levers of the recipe (configs/runs/pretrain_budget.gin), which then runs with `--seeds` seeds
-beside the baseline. The budget is a number of steps of the same shape (32 x 128 tokens), so
-every row does the same work whatever else runs on the machine; a lever that changes the
+step: BERT-tiny, masked LM without NSP, AdamW at 3e-3 with a linear warmup over the
+experiment's 100 steps and a linear decay to 0 at the last step. Each lever adds its gin
+bindings (LEVERS); `--pick` names the levers of the recipe (configs/runs/
+pretrain_budget.gin), which then runs with `--seeds` seeds beside the baseline. The budget
+is a number of steps of the same shape (32 x 128 tokens), so every row does the same work
+whatever else runs on the machine; a lever that changes the
 shape says how it keeps the budget.
 
 Corpus: AG News's unlabelled news (`../shared/data/agnews/unlabelled.txt`, or `--corpus` with
@@ -44,7 +45,7 @@ EXPERIMENT = "configs/experiments/bert_agnews_cpu.gin"
 BASELINE = ("SEQ_LENGTH=128", "BATCH_SIZE=32")
 # name: (what it changes, gin bindings on top of the baseline). NUM_STEPS is set per run.
 LEVERS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "baseline": ("post-LN, biases, dropout 0.1, warmup 10%, 32 x 128 unpacked, 4,096 pieces",
+    "baseline": ("post-LN, biases, dropout 0.1, warmup 100 steps, 32 x 128 unpacked, 4,096 pieces",
                  ()),
     "pre_ln": ("pre-LN blocks (a final LayerNorm after the stack)",
                ("bert_config.pre_layer_norm=True",)),

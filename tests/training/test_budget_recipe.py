@@ -20,7 +20,7 @@ def test_budget_recipe_builds_its_settings():
     try:
         gin_utils.parse(FILES, [*BINDINGS, "bert_pretraining_source.corpus = 'stdlib'"])
         experiment = gin_utils.configured("train")
-        assert gin.query_parameter("make_optimizer.warmup_share") == 0.1
+        assert gin.query_parameter("make_optimizer.warmup_share") == 0.33
         assert set(experiment.objective.loss_fn.terms) == {"mlm_loss"}  # no NSP
         config = experiment.objective.config.transformer
         assert (config.dropout_rate, config.attention_dropout_rate) == (0.0, 0.0)
