@@ -570,7 +570,7 @@ def head_to_hf(params: Params, config: BertConfig, kind: str) -> dict[str, np.nd
 def hf_config(config: BertConfig, architecture: str, **extra: Any) -> dict[str, Any]:
     """The transformers config.json of a bertjax BERT, for `architecture` (BertModel,
     BertForPreTraining, one of HEAD_CLASSES'); `extra` adds keys such as id2label. One line
-    for a BERT transformers cannot run the same way (pre-LN blocks, causal attention)."""
+    for a BERT transformers cannot run the same way (pre-LN blocks, no biases, causal attention)."""
     tcfg = config.transformer
     if config.causal:
         raise ValueError("a left-to-right (causal) BERT has no transformers counterpart: "
@@ -578,6 +578,9 @@ def hf_config(config: BertConfig, architecture: str, **extra: Any) -> dict[str, 
     if tcfg.pre_layer_norm:
         raise ValueError("bert_config.pre_layer_norm=True has no transformers BERT "
                          "counterpart (its blocks are post-LN)")
+    if not tcfg.use_bias:
+        raise ValueError("bert_config.use_bias=False has no transformers BERT counterpart "
+                         "(its Dense layers all have biases)")
     if tcfg.activation not in _ACTIVATION_NAMES:
         raise ValueError(f"activation {tcfg.activation!r} has no transformers BERT "
                          f"counterpart: use one of {', '.join(_ACTIVATION_NAMES)}")

@@ -48,6 +48,7 @@ class MultiHeadAttention(nn.Module):
     dropout_rate: float = 0.0
     implementation: str = "xla"  # one of fused_attention.ATTENTION_IMPLS
     fused_qkv: bool = False  # Q, K, V from one product over the concatenated kernels
+    use_bias: bool = True  # False: projections without biases (none in the parameters)
     kernel_init_std: float = 0.02
     out_init_std: float = 0.02
     dtype: DTypeLike = jnp.float32
@@ -72,6 +73,8 @@ class MultiHeadAttention(nn.Module):
         return jnp.einsum("bhqk,bkhd->bqhd", probs_BxHxQxL, v_BxLxHxD)
 
     def _param(self, name: str, shape: tuple, axes: tuple, std: float | None) -> Array:
+        if std is None and not self.use_bias:  # a bias of a bias-free layer: a constant 0
+            return jnp.zeros(shape, self.param_dtype)
         init = nn.initializers.zeros if std is None else nn.initializers.normal(std)
         return self.param(name, nn.with_logical_partitioning(init, axes), shape, self.param_dtype)
 

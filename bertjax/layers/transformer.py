@@ -46,6 +46,10 @@ class TransformerConfig:
     dropout_rate: float = 0.1  # embeddings and residual branches
     attention_dropout_rate: float = 0.1
     pre_layer_norm: bool = False
+    # Biases on the Dense layers and attention projections (blocks, pooler, heads built with
+    # `dense`). False drops them, as Cramming (Geiping & Goldstein 2022) does for a small
+    # budget; LayerNorms and the MLM output bias keep theirs.
+    use_bias: bool = True
     activation: str = "gelu"
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02
@@ -153,9 +157,11 @@ def layer_norm(config: TransformerConfig, name: str | None) -> nn.LayerNorm:
 def dense(features: int, axes: tuple[str, str], config: TransformerConfig, name: str,
           std: float | None = None) -> nn.Dense:
     """A Dense layer whose kernel (normal, `std` or the config's initializer range) and bias
-    (zeros) carry logical axis names, computed in the config's dtypes."""
+    (zeros; none when the config's `use_bias` is False) carry logical axis names, computed in
+    the config's dtypes."""
     return nn.Dense(
         features,
+        use_bias=config.use_bias,
         kernel_init=nn.with_logical_partitioning(
             nn.initializers.normal(config.initializer_range if std is None else std), axes),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes[1],)),
@@ -201,6 +207,7 @@ class TransformerBlock(nn.Module):
             dropout_rate=cfg.attention_dropout_rate,
             implementation=cfg.attention_impl,
             fused_qkv=cfg.fused_qkv,
+            use_bias=cfg.use_bias,
             kernel_init_std=cfg.initializer_range,
             out_init_std=cfg.residual_init_std,
             dtype=cfg.compute_dtype,

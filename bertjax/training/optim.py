@@ -69,6 +69,16 @@ def warmup_linear_decay(peak: float, warmup_steps: int, total_steps: int) -> opt
     return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
+def warmup_steps_of(warmup_share: float, total_steps: int) -> int:
+    """The steps of warmup that are `warmup_share` of a budget of `total_steps`: the one-cycle
+    (triangular) schedule of small-budget recipes (Cramming, Izsak et al. 2021) gives its
+    warmup as a share of the run, so a shorter or longer budget keeps the shape."""
+    if not 0.0 <= warmup_share < 1.0:
+        raise ValueError(f"make_optimizer.warmup_share is {warmup_share!r}: set it to a share "
+                         "of the steps in [0, 1), e.g. 0.1")
+    return round(warmup_share * total_steps)
+
+
 def bert_schedule(peak: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
     """google-research/bert's learning rate at (0-based) step t: peak * (1 - t / total) (its
     polynomial_decay from step 0), or peak * t / warmup while t < warmup_steps. Unlike
@@ -137,6 +147,7 @@ def make_optimizer(
     weight_decay: float = 0.01,
     clip_norm: float | None = 1.0,
     frozen: tuple[str, ...] = (),
+    warmup_share: float | None = None,
 ) -> optax.GradientTransformation:
     """The optimizer of a run: `name` is "adamw" (optax's, warmup then linear decay),
     "bert_adam" (google-research/bert's AdamWeightDecay and schedule) or "lamb" (large
@@ -144,7 +155,12 @@ def make_optimizer(
 
     `frozen` names top-level parameter subtrees that are not trained (a pretrained encoder
     used for features): they get no update and no optimizer state.
+    `warmup_share` (a share of `total_steps`, e.g. 0.1) replaces `warmup_steps` when given:
+    with "adamw" or "lamb" a triangle, linear up to the peak then linear down to 0 at the end
+    of the budget.
     """
+    if warmup_share is not None:
+        warmup_steps = warmup_steps_of(warmup_share, total_steps)
     schedule = warmup_linear_decay(learning_rate, warmup_steps, total_steps)
     if name == "adamw":
         opt = optax.adamw(

@@ -201,3 +201,34 @@ def test_bert_schedule_decays_from_step_zero_under_its_warmup():
                                rtol=1e-6, atol=1e-12)
     assert float(warmup_linear_decay(peak, warmup, total)(warmup)) == pytest.approx(peak)
     assert float(schedule(warmup)) == pytest.approx(peak * 0.9)
+
+
+def test_warmup_share_is_a_one_cycle_over_the_budget():
+    from bertjax.training.optim import warmup_linear_decay, warmup_steps_of
+
+    steps = warmup_steps_of(0.1, 1000)
+    schedule = warmup_linear_decay(2e-3, steps, 1000)
+    assert steps == 100
+    np.testing.assert_allclose([schedule(0), schedule(50), schedule(100), schedule(550),
+                                schedule(1000)], [0.0, 1e-3, 2e-3, 1e-3, 0.0], atol=1e-9)
+    assert warmup_steps_of(0.5, 300) == 150
+
+
+def test_make_optimizer_warmup_share_replaces_warmup_steps():
+    params = {"kernel": jnp.ones((3,)), "bias": jnp.ones((3,))}
+    grads = {"kernel": jnp.asarray([0.1, -0.2, 0.3]), "bias": jnp.asarray([0.5, 0.5, -0.5])}
+
+    def updates(**settings):
+        tx = make_optimizer(learning_rate=1e-2, total_steps=40, **settings)
+        state, out = tx.init(params), []
+        for _ in range(12):
+            update, state = tx.update(grads, state, params)
+            out.append(update)
+        return out
+
+    shared = updates(warmup_steps=1000, warmup_share=0.25)  # the share wins: 10 steps
+    for a, b in zip(jax.tree.leaves(shared), jax.tree.leaves(updates(warmup_steps=10)),
+                    strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    with pytest.raises(ValueError, match="warmup_share is 1.5"):
+        make_optimizer(warmup_share=1.5)
