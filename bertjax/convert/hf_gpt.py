@@ -242,8 +242,12 @@ def bertjax_to_hf(params: Mapping[str, Any], config: GptConfig, lm_head: bool = 
 
 def hf_config(config: GptConfig, lm_head: bool = True, **extra: Any) -> dict[str, Any]:
     """The transformers config.json of a bertjax GPT: GPT-2 (pre-LN) or OpenAI GPT (post-LN);
-    `extra` adds keys such as bos_token_id. One line for an activation transformers lacks."""
+    `extra` adds keys such as bos_token_id. One line for an activation transformers lacks, or
+    for a model without biases (transformers' GPT layers all have them)."""
     tcfg, family = config.transformer, _family(config)
+    if not tcfg.use_bias:
+        raise ValueError(f"gpt_config.use_bias=False has no transformers {family} counterpart "
+                         "(its layers all have biases): export a model trained with biases")
     names = {act: key for key, act in _ACTIVATIONS[family].items()}
     names.update({"gelu_tanh": "gelu_new"} if family == "gpt2" else {})
     if tcfg.activation not in names:

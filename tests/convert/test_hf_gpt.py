@@ -117,3 +117,9 @@ def test_unsupported_configs_are_refused():
     with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
         hf_gpt.config_from_hf({**base, "scale_attn_by_inverse_layer_idx": True})
     assert hf_gpt.config_from_hf(json.loads(json.dumps(base))).transformer.mlp_dim == 32
+
+
+def test_a_gpt_without_biases_is_refused_in_one_line():
+    from bertjax.models.gpt import gpt_config
+    with pytest.raises(ValueError, match="use_bias=False has no transformers gpt2"):
+        hf_gpt.hf_config(gpt_config("gpt2_tiny", use_bias=False))
