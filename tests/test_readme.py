@@ -74,7 +74,8 @@ def test_shell_blocks_use_flags_their_tools_define(page):
     sources, unknown = tool_sources(), []
     for words in commands(page):
         source = sources.get(words[0], "")
-        for flag in re.findall(r"^--(\w+)", "\n".join(words[1:]), flags=re.M):
+        own = words[1:words.index("--")] if "--" in words else words[1:]  # after --: passed on
+        for flag in re.findall(r"^--(\w+)", "\n".join(own), flags=re.M):
             names = {flag, flag.removeprefix("no")}
             if flag not in ("help", "gin") and not any(f'"{n}"' in source for n in names):
                 unknown.append(f"{words[0]} --{flag}")
