@@ -102,6 +102,28 @@ def budget_callback(clock: WallClock, out: pathlib.Path, budget_s: float, checkp
     return Budget()
 
 
+def train_on_budget(name: str, args: argparse.Namespace, clock: WallClock, out: pathlib.Path,
+                    model: Any, tokenizer: Any, train: Any, collator: Any, block: int) -> None:
+    """`Trainer` with the scripts' own TrainingArguments (the flags' batch, rate, warmup, steps
+    and seed; CPU, no saving or logging of its own) and the budget callback, trained; prints
+    the steps made."""
+    import transformers  # noqa: PLC0415 - on the peer's clock
+
+    training_args = transformers.TrainingArguments(
+        output_dir=str(out / "trainer"), per_device_train_batch_size=args.batch_size,
+        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
+        max_steps=args.max_steps, seed=args.seed, save_strategy="no", report_to="none",
+        use_cpu=True, disable_tqdm=True, logging_strategy="no")
+    budget = budget_callback(clock, out, args.budget_s, args.checkpoints,
+                             args.batch_size * block)
+    trainer = transformers.Trainer(model=model, args=training_args, train_dataset=train,
+                                   processing_class=tokenizer, data_collator=collator,
+                                   callbacks=[budget])
+    trainer.train()
+    print(f"{name}: {budget.last[0]} steps in {budget.last[1]:.1f} s; {len(train)} blocks of "
+          f"{block}")
+
+
 def write_points(out: pathlib.Path, points: list[dict[str, Any]], first_step_s: float | None,
                  last: tuple[int, float], tokens_per_step: int, stopped: str,
                  clock: WallClock) -> None:

@@ -54,20 +54,8 @@ def main() -> None:
 
     train = tokenized.map(blocks_with_labels, batched=True)
     clock.data_s = clock.now()
-    training_args = transformers.TrainingArguments(
-        output_dir=str(out / "trainer"), per_device_train_batch_size=args.batch_size,
-        learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
-        max_steps=args.max_steps, seed=args.seed, save_strategy="no", report_to="none",
-        use_cpu=True, disable_tqdm=True, logging_strategy="no")
-    budget = hf_budget.budget_callback(clock, out, args.budget_s, args.checkpoints,
-                                       args.batch_size * block)
-    trainer = transformers.Trainer(model=model, args=training_args, train_dataset=train,
-                                   processing_class=tokenizer,
-                                   data_collator=transformers.default_data_collator,
-                                   callbacks=[budget])
-    trainer.train()
-    print(f"hf_clm: {budget.last[0]} steps in {budget.last[1]:.1f} s; {len(train)} blocks of "
-          f"{block}")
+    hf_budget.train_on_budget("hf_clm", args, clock, out, model, tokenizer, train,
+                              transformers.default_data_collator, block)
 
 
 if __name__ == "__main__":
