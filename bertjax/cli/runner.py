@@ -69,10 +69,14 @@ def announce_backend(program: str) -> None:
 
 
 def define_once(define: Callable[..., Any], name: str, *args: Any, **kwargs: Any) -> None:
-    """`define(name, *args, **kwargs)` unless a flag of that name exists: tools define their
-    flags when they run, and tests run several tools in one process."""
+    """`define(name, *args, **kwargs)`, or, if a flag of that name exists, its default made
+    this tool's: tools define their flags when they run, tests run several tools in one
+    process, and two tools may give one name different defaults (--family: bertjax-glue's is
+    bert, bertjax-prepare's none)."""
     if name not in FLAGS:
         define(name, *args, **kwargs)
+    else:
+        FLAGS.set_default(name, kwargs["default"] if "default" in kwargs else args[0])
 
 
 def define_lease_flag() -> None:

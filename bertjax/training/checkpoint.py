@@ -57,6 +57,21 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(err).__name__
 
 
+def _remove_partial(partial: Path, patience_s: float = 30.0) -> None:
+    """Delete an unfinished save's directory. When a save fails on a full disk, orbax's other
+    writers (TensorStore's array files, the metadata) can still be creating files in it for a
+    moment, so a removal that finds the directory refilled is tried again."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            partial.rmtree(missing_ok=True)
+            return
+        except OSError as err:
+            if err.errno != errno.ENOTEMPTY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 class _QuietOrbax(logging.Filter):
     """Orbax logs a save or restore that fails with tracebacks, from background threads too,
     and asyncio logs its failed tasks ('Task exception was never retrieved'), naming only
@@ -175,7 +190,7 @@ class Checkpointer:
                     or any(sign in str(err) for sign in _FULL)):
                 raise
             for partial in self.directory.glob("*.orbax-checkpoint-tmp*"):
-                partial.rmtree(missing_ok=True)
+                _remove_partial(partial)
             raise CheckpointError(
                 f"no space left on the device to save a checkpoint in {self.directory} (one "
                 f"takes about {self.checkpoint_bytes(state) / 2**20:.0f} MiB): free that much "

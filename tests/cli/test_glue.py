@@ -312,3 +312,14 @@ def test_the_learning_rate_can_be_chosen_on_held_out_training_data(tiny_bert, gl
     assert report.scores["RTE"]["RTE"]["accuracy"] == pytest.approx([dev[chosen]])
     assert "learning rate chosen on held-out training data" in report.table()
     assert json.loads((tmp_path / glue.RESULTS_JSON).read_text())["selected_on"] == "heldout"
+
+
+def test_a_flag_another_tool_defined_first_keeps_this_tools_default(tiny_bert, glue_dir,
+                                                                     tmp_path):
+    """bertjax-prepare's --family has no default and bertjax-glue's is bert: run first in the
+    same process, prepare's None was glue's too ("--family=None: choose one of bert, gpt")."""
+    assert run_tool("bertjax.cli.prepare").returncode != 0  # defines its flags, then stops
+    result = bertjax_glue(f"--init={tiny_bert}", f"--glue_dir={glue_dir}", "--tasks=squad",
+                          f"--workdir={tmp_path / 'runs'}")
+    assert result.returncode == 2 and "'squad' is not a GLUE task" in result.stderr, \
+        result.stderr[-2000:]

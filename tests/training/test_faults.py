@@ -1,6 +1,7 @@
 """Runs that survive what happens to real runs: kill -9 at any moment, SIGTERM (preemption),
 damaged checkpoints, a full disk, a loss that turns non-finite; and metrics logged once."""
 
+import errno
 import json
 import logging
 import pathlib
@@ -533,3 +534,29 @@ def test_a_full_disk_error_naming_no_file_is_named_after_the_full_workdir(small_
         f"no space left on the device to write {workdir}/ (0.0 MiB free there)")
     other = OSError(errno_lib.EIO, "I/O error")
     assert files.on_full_directory(other, workdir) is other
+
+
+def test_an_unfinished_save_refilled_while_it_is_removed_is_removed_again(tmp_path):
+    """After a save fails on a full disk, orbax's other writers can still add files to its
+    directory for a moment: removing it then failed with "Directory not empty" (ENOTEMPTY)
+    instead of giving the one line."""
+    from bertjax.training.checkpoint import _remove_partial
+
+    class Refilled:  # a directory that two removals find refilled by a late writer
+        attempts = 0
+
+        def rmtree(self, missing_ok=False):
+            self.attempts += 1
+            if self.attempts <= 2:
+                raise OSError(errno.ENOTEMPTY, "Directory not empty", "ocdbt.process_0")
+
+    partial = Refilled()
+    _remove_partial(partial)
+    assert partial.attempts == 3
+
+    class Stuck(Refilled):  # one that never empties: the error is not swallowed
+        def rmtree(self, missing_ok=False):
+            raise OSError(errno.ENOTEMPTY, "Directory not empty", "ocdbt.process_0")
+
+    with pytest.raises(OSError, match="not empty"):
+        _remove_partial(Stuck(), patience_s=0.3)
