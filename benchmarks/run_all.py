@@ -62,8 +62,9 @@ CLAIMS = (
           (), ("--quick",)),
     Claim("packing", "packed against unpacked BERT pretraining on real text (real tokens/s)",
           (), ("--quick",)),
-    Claim("token_store", "a run's start-up and peak memory on a token store vs on text (10, "
-          "100 MB), and the store's build speed", (), ("--quick",)),
+    Claim("token_store", "a run's start-up and peak memory on a token store vs on text, and "
+          "the store's build speed and resume (BERT, GPT, ELMo; 10, 100, 1,000 MB)",
+          ("--families=bert,gpt,elmo", "--sizes=10,100,1000"), ("--quick",)),
     Claim("time_to_quality", "pretraining to transformers' run_mlm / run_clm final held-out "
           "loss, wall time, 600 s a row", (), ("--quick",)),
 )
