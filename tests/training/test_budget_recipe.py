@@ -1,5 +1,5 @@
 """configs/runs/pretrain_budget.gin, the small-budget BERT recipe: it builds what it says
-(masked LM only, a one-cycle schedule over the budget) and trains."""
+(masked LM only, 40% masked, a one-cycle schedule over the budget) and trains."""
 
 import json
 
@@ -25,6 +25,7 @@ def test_budget_recipe_builds_its_settings():
         config = experiment.objective.config.transformer
         assert (config.dropout_rate, config.attention_dropout_rate) == (0.0, 0.0)
         assert experiment.source.packed_sequences == 3
+        assert experiment.source.options["masked_lm_prob"] == 0.4
     finally:
         gin.clear_config()
 
