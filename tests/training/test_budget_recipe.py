@@ -21,6 +21,7 @@ def test_budget_recipe_builds_its_settings():
         gin_utils.parse(FILES, [*BINDINGS, "bert_pretraining_source.corpus = 'stdlib'"])
         experiment = gin_utils.configured("train")
         assert gin.query_parameter("make_optimizer.warmup_share") == 0.33
+        assert gin.query_parameter("make_optimizer.learning_rate") == 1e-3  # not the paper's
         assert set(experiment.objective.loss_fn.terms) == {"mlm_loss"}  # no NSP
         config = experiment.objective.config.transformer
         assert (config.dropout_rate, config.attention_dropout_rate) == (0.0, 0.0)
