@@ -519,20 +519,19 @@ def test_a_full_disk_error_naming_no_file_is_named_after_the_full_workdir(small_
     """A write that fails without naming its file (a library's, a buffered file closed late) is
     named after the workdir when the workdir's disk is the full one, and left alone when it
     is not (the full disk is somewhere else)."""
-    import errno as errno_lib
 
     from bertjax import files
 
-    unnamed = OSError(errno_lib.ENOSPC, "No space left on device")
+    unnamed = OSError(errno.ENOSPC, "No space left on device")
     assert files.on_full_directory(unnamed, tmp_path) is unnamed  # room there: not that disk
     workdir = small_disk / "run"
     workdir.mkdir()
     fill(small_disk)
     named = files.on_full_directory(unnamed, workdir)
-    assert named.filename == f"{workdir}/" and named.errno == errno_lib.ENOSPC
+    assert named.filename == f"{workdir}/" and named.errno == errno.ENOSPC
     assert files.no_space_message(named).startswith(
         f"no space left on the device to write {workdir}/ (0.0 MiB free there)")
-    other = OSError(errno_lib.EIO, "I/O error")
+    other = OSError(errno.EIO, "I/O error")
     assert files.on_full_directory(other, workdir) is other
 
 
