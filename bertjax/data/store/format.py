@@ -4,7 +4,7 @@
                                the corpus (setting, digest), the tokenizer files (copied into
                                DIR/tokenizer/) and their digest, the shards and the counts
     DIR/tokens-NNNNN.bin       shard NNNNN's token ids, flat (uint16 when every id fits, else
-                               uint32), read by np.memmap
+                               uint32), read by positioned reads (local.py)
     DIR/index-NNNNN.npy        its boundaries, int64: [D, S, doc_sentences (D + 1),
                                sentence_tokens (S + 1)] (offsets from the shard's start)
     DIR/types-NNNNN.json       only for families whose ids are the corpus's own word types
@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import pathlib
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -93,6 +94,48 @@ def split_index(index: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
     if doc_sentences[-1] != sentences:
         raise StoreError(f"{where} is not a token-store index: {REBUILD}")
     return doc_sentences, sentence_tokens
+
+
+def index_counts(index: tuple[np.ndarray, np.ndarray]) -> tuple[int, int, int]:
+    """(documents, sentences, tokens) of a split index."""
+    docs, sentences = index
+    return len(docs) - 1, len(sentences) - 1, int(sentences[-1])
+
+
+def local_index_counts(path: pathlib.Path) -> tuple[int, int, int]:
+    """(documents, sentences, tokens) of the index file at `path`, from its header and three
+    of its values (a few small reads, whatever the shard's size); one line if it is not an
+    index."""
+    damaged = StoreError(f"{path} is not a token-store index: {REBUILD}")
+    try:
+        with path.open("rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0)):
+                raise damaged
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(f)
+            start = f.tell()
+
+            def value(i: int) -> int:
+                f.seek(start + 8 * i)
+                data = f.read(8)
+                if len(data) != 8:
+                    raise damaged
+                return int(np.frombuffer(data, "<i8")[0])
+
+            if len(shape) != 1 or dtype != np.dtype("<i8") or shape[0] < 4:
+                raise damaged
+            documents, sentences = value(0), value(1)
+            if (shape[0] != 2 + documents + 1 + sentences + 1 or documents < 0
+                    or sentences < 0 or value(2 + documents) != sentences
+                    or path.stat().st_size != start + 8 * shape[0]):
+                raise damaged
+            return documents, sentences, value(shape[0] - 1)
+    except FileNotFoundError:
+        raise StoreError(f"{path} is missing: {REBUILD}") from None
+    except ValueError:  # numpy: not an .npy header
+        raise damaged from None
 
 
 @dataclasses.dataclass(frozen=True)

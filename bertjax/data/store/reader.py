@@ -1,8 +1,10 @@
-"""A token store opened for reading: every shard's ids by memory map, boundaries from the
-index, checked against the manifest before anything is read (one line per fault).
+"""A token store opened for reading: every shard's ids read where they lie, boundaries from
+the index, checked against the manifest before anything is read (one line per fault).
 
-Opening costs a few file reads whatever the corpus's size; the ids stay on disk and the page
-cache serves them. A store on object storage (gs://) is read in place: opening it reads the
+Opening costs a few small file reads per shard whatever the corpus's size (the index files'
+headers and counts; their boundaries are read when a family first asks for them); the ids stay
+on disk, read by positioned reads of what an example needs (local.py), and the page cache
+serves repeats. A store on object storage (gs://) is read in place: opening it reads the
 manifest, one listing of the store (every shard's size, checked) and the index files (each
 host needs every document's boundaries: its examples draw from the whole corpus); the ids are
 read by ranged requests of the blocks a host's examples touch (ranged.py says why ranged
@@ -12,6 +14,7 @@ is never fetched by that host, and nothing is copied to local disk but the vocab
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -28,12 +31,15 @@ from bertjax.data.store.format import (
     REBUILD,
     Manifest,
     StoreError,
+    index_counts,
     index_name,
+    local_index_counts,
     split_index,
     tokens_name,
     types_name,
     vocabulary_digest,
 )
+from bertjax.data.store.local import LocalShard
 
 
 class TokenArray:
@@ -104,9 +110,8 @@ class TokenStore:
         self.manifest = read_manifest(self.path)
         self.cache = ranged.BlockCache() if self.remote else None  # blocks of remote shards
         sizes = self._sizes()
-        self.shard_tokens: list[np.ndarray | ranged.RangedShard] = []
-        self.shard_sentence_starts: list[np.ndarray] = []
-        doc_sentences, sentence_tokens = [], []
+        self.shard_tokens: list[LocalShard | ranged.RangedShard] = []
+        self._indexes: list[tuple[np.ndarray, np.ndarray]] = []  # gs:// only: read at opening
         dtype = np.dtype(self.manifest.dtype)
         for number, shard in enumerate(self.manifest.shards):
             name = tokens_name(number)
@@ -118,16 +123,16 @@ class TokenStore:
                                  f"({size} bytes, the manifest says "
                                  f"{shard.tokens * dtype.itemsize}): {REBUILD}")
             self.shard_tokens.append(self._tokens(name, dtype, shard.tokens))
-            docs, sentences = self._index(number, sizes)
-            if (len(docs) - 1, len(sentences) - 1, int(sentences[-1])) != (
-                    shard.documents, shard.sentences, shard.tokens):
+            if index_name(number) not in sizes:
+                raise StoreError(f"{self.path / index_name(number)} is missing: {REBUILD}")
+            if self.remote:
+                self._indexes.append(self._index(number))
+                counts = index_counts(self._indexes[-1])
+            else:
+                counts = local_index_counts(pathlib.Path(self.path / index_name(number)))
+            if counts != (shard.documents, shard.sentences, shard.tokens):
                 raise StoreError(f"{self.path / index_name(number)} does not match "
                                  f"{self.path / MANIFEST}: {REBUILD}")
-            self.shard_sentence_starts.append(sentences)
-            doc_sentences.append(np.diff(docs))
-            sentence_tokens.append(np.diff(sentences))
-        self.sentences_per_document = np.concatenate([np.zeros(0, np.int64), *doc_sentences])
-        self.tokens_per_sentence = np.concatenate([np.zeros(0, np.int64), *sentence_tokens])
 
     def _sizes(self) -> dict[str, int]:
         """{file name: bytes} of the store's files: one listing on object storage."""
@@ -141,28 +146,31 @@ class TokenStore:
                 for entry in listing if entry.get("type") == "file"}
 
     def _tokens(self, name: str, dtype: np.dtype, count: int
-                ) -> np.ndarray | ranged.RangedShard:
-        """A shard's ids: memory-mapped (local) or read by ranges where they lie (gs://)."""
+                ) -> np.ndarray | LocalShard | ranged.RangedShard:
+        """A shard's ids, read where they lie when asked for: by positioned reads (local,
+        local.py says why not a memory map) or ranged requests (gs://)."""
         if not count:
             return np.zeros(0, dtype)
         if self.cache is not None:
             return ranged.RangedShard(self.path / name, dtype, count, self.cache)
-        return np.memmap(pathlib.Path(self.path) / name, dtype, "r", shape=(count,))
+        return LocalShard(pathlib.Path(self.path) / name, dtype, count)
 
-    def _index(self, number: int, sizes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-        """(doc_sentences, sentence_tokens) of shard `number`'s index (memory-mapped, or
-        read whole from object storage); one line if it is missing or damaged."""
+    def _index(self, number: int) -> tuple[np.ndarray, np.ndarray]:
+        """(doc_sentences, sentence_tokens) of shard `number`'s index, read whole; one line if
+        it is damaged."""
+        if number < len(self._indexes):
+            return self._indexes[number]
         where = self.path / index_name(number)
-        if index_name(number) not in sizes:
-            raise StoreError(f"{where} is missing: {REBUILD}")
         try:
             if self.remote:
                 with files.reaching(where):
                     index = np.load(io.BytesIO(where.read_bytes()), allow_pickle=False)
             else:
-                index = np.load(pathlib.Path(where), mmap_mode="r", allow_pickle=False)
+                index = np.load(pathlib.Path(where), allow_pickle=False)
         except (ValueError, EOFError):
             raise StoreError(f"{where} is not a token-store index: {REBUILD}") from None
+        except FileNotFoundError:
+            raise StoreError(f"{where} is missing: {REBUILD}") from None
         return split_index(np.asarray(index), str(where))
 
     def _local(self, name: str) -> pathlib.Path:
@@ -175,19 +183,39 @@ class TokenStore:
 
     @property
     def num_documents(self) -> int:
-        return len(self.sentences_per_document)
+        return self.manifest.counts()["documents"]
 
     @property
     def tokens(self) -> TokenArray:
         """Every id of the store, in order, as one int32 array (read lazily)."""
         return TokenArray(self.shard_tokens)
 
+    @functools.cached_property
+    def sentences_per_document(self) -> np.ndarray:
+        """int64 [D]: every document's sentence count, over all shards (read from the index
+        files when first asked for: a family that needs no boundaries, GPT, never reads them)."""
+        return self._over_shards(0, self.manifest.counts()["documents"])
+
+    @functools.cached_property
+    def tokens_per_sentence(self) -> np.ndarray:
+        """int64 [S]: every sentence's token count, over all shards (see above)."""
+        return self._over_shards(1, self.manifest.counts()["sentences"])
+
+    def _over_shards(self, part: int, total: int) -> np.ndarray:
+        """np.diff of index part `part` (0: documents, 1: sentences) of every shard, in one
+        array of `total`, reading one shard's index at a time."""
+        out, at = np.empty(total, np.int64), 0
+        for number in range(len(self.manifest.shards)):
+            counts = np.diff(self._index(number)[part])
+            out[at:at + counts.size] = counts
+            at += counts.size
+        return out
+
     def sentences(self) -> list[np.ndarray]:
-        """Every sentence's ids, as views of the memory maps (no copy; a store on object
-        storage reads each shard whole, once)."""
+        """Every sentence's ids, each its own array (each shard read whole, once)."""
         out = []
-        for shard, starts in zip(self.shard_tokens, self.shard_sentence_starts, strict=True):
-            tokens = np.asarray(shard)  # a plain view: its slices carry no memmap attributes
+        for number, shard in enumerate(self.shard_tokens):
+            tokens, starts = np.asarray(shard), self._index(number)[1]
             out.extend(tokens[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True))
         return out
 

@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from bertjax import files
@@ -18,6 +17,7 @@ from bertjax.data.store.format import (
     tokens_name,
     vocabulary_digest,
 )
+from bertjax.data.store.local import LocalShard
 from bertjax.data.store.reader import open_store
 
 SHARD_CHARS = 15_000  # a 60 KB corpus makes several shards
@@ -40,7 +40,7 @@ def test_a_store_holds_the_ids_in_shards_with_a_manifest(wiki_slice, learned_voc
     assert store.tokens.size == counts["tokens"] == sum(s.tokens for s in manifest.shards)
     assert store.num_documents == counts["documents"]
     assert store.tokens_per_sentence.sum() == counts["tokens"]
-    assert isinstance(store.shard_tokens[0], np.memmap)
+    assert isinstance(store.shard_tokens[0], LocalShard)
     assert manifest.tokenizer_digest == vocabulary_digest(
         {"vocab": learned_vocab("bert") / "vocab.txt"})
 
