@@ -1,5 +1,6 @@
 """ELMo data: vocabulary, sentence examples, stream windows for truncated BPTT, the source."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -125,6 +126,44 @@ def test_reverse_stream_is_the_row_backwards(vocab):
     words = vocab.token_ids([BOS, *itertools.chain.from_iterable(
         [*s, EOS, BOS] for s in SENTENCES)])[:-1]
     assert sorted(corpus.type_word_ids[row].tolist()) == sorted(words.tolist())
+
+
+class CountedIds:
+    """Flat ids that count the ids read and refuse to be converted whole."""
+
+    def __init__(self, ids):
+        self.ids, self.read = ids, 0
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, key):
+        assert isinstance(key, slice), "read by slices"
+        out = self.ids[key]
+        self.read += len(out)
+        return out
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("the corpus's ids were converted whole")
+
+
+@pytest.mark.parametrize("mode", ["sentence", "stream"])
+def test_examples_read_only_their_own_ids(vocab, mode):
+    """An example reads its own ids (a slice per sentence it touches), never the corpus: the
+    ids of a token store stay on disk, and start-up does not grow with the corpus."""
+    corpus = encode_corpus(SENTENCES * 50, vocab, 10)
+    counted = dataclasses.replace(corpus, tokens=CountedIds(corpus.tokens))
+    G, T, n = 4, 5, 12
+    if mode == "sentence":
+        examples = [iterate_sentences(c, T, 1, 40) for c in (corpus, counted)]
+        bound = n * (T - 2)
+    else:
+        examples = [iterate_stream(c, T, G, 1, G) for c in (corpus, counted)]
+        bound = n * 2 * (T + 1)
+    for a, b in itertools.islice(zip(*examples, strict=True), n):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    assert 0 < counted.tokens.read <= bound < corpus.num_tokens
 
 
 def write_corpus(tmp_path, lines):
