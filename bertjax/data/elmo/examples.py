@@ -15,6 +15,10 @@ step leaves for row r is the right start for row r's next window. Host p of P ta
 [pG/P, (p+1)G/P), so row r is global batch row r whatever the host count.
 
 Both are pure functions of (seed, global example index): a resume starts at any index.
+
+Nothing is copied whole: the corpus is one flat array of type ids (a token store's stay on
+disk) with each sentence's start, pieces are (start, length) pairs, and an epoch's stream is
+the shuffled sentences' cumulative lengths, so an example reads only its own ids.
 """
 
 from __future__ import annotations
