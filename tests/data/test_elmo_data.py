@@ -6,6 +6,7 @@ import itertools
 import numpy as np
 import pytest
 
+import bertjax.data.elmo.examples as examples_lib
 from bertjax.data.elmo.examples import (
     DataError,
     EpochStream,
@@ -92,6 +93,23 @@ def test_sentence_examples(vocab):
     host1 = list(itertools.islice(iterate_sentences(corpus, T, 1, 0, 1, 2), 5))
     for k, ex in enumerate(host1):
         np.testing.assert_array_equal(ex["token_ids"], first[2 * k + 1]["token_ids"])
+
+
+def test_pieces_are_cut_the_same_a_block_at_a_time(vocab, monkeypatch):
+    corpus = encode_corpus(SENTENCES * 3, vocab, 10)
+    whole = sentence_pieces(corpus, 5)
+    monkeypatch.setattr(examples_lib, "PIECE_BLOCK", 2)
+    blocked = sentence_pieces(corpus, 5)
+    np.testing.assert_array_equal(whole.starts, blocked.starts)
+    np.testing.assert_array_equal(whole.lengths, blocked.lengths)
+    # each piece is 3 words at a time of a sentence between its <S> and </S>
+    words = [corpus.tokens[a:a + n].tolist() for a, n in zip(whole.starts, whole.lengths,
+                                                              strict=True)]
+    expected = []
+    for a, b in itertools.pairwise(corpus.sentence_starts.tolist()):
+        body = corpus.tokens[a + 1:b - 1].tolist()
+        expected += [body[k:k + 3] for k in range(0, len(body), 3)]
+    assert words == expected
 
 
 def test_stream_windows_continue_row_by_row(vocab):

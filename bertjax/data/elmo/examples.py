@@ -123,19 +123,35 @@ class SentencePieces:
 
 
 def sentence_pieces(corpus: EncodedCorpus, seq_length: int) -> SentencePieces:
-    """Sentences cut to at most seq_length - 2 words, in order (computed without a loop)."""
+    """Sentences cut to at most seq_length - 2 words, in order: computed a block of sentences
+    at a time, so that nothing but the result grows with the corpus."""
     words = seq_length - 2
     if words < 1:
         raise DataError(f"sequence length {seq_length} leaves no room for words between <S> and "
                         "</S>: set train.seq_phases lengths >= 3")
-    body = corpus.sentence_lengths - 2  # words between <S> and </S>
-    counts = -(-body // words)  # pieces per sentence
-    sentence = np.repeat(np.arange(corpus.num_sentences), counts)
-    first_piece = np.cumsum(counts) - counts
-    k = np.arange(len(sentence), dtype=np.int64) - first_piece[sentence]  # piece k of its sentence
-    offset = k * words
-    return SentencePieces(corpus.sentence_starts[sentence] + 1 + offset,
-                          np.minimum(words, body[sentence] - offset).astype(np.int32))
+    blocks = [corpus.sentence_starts[lo:lo + PIECE_BLOCK + 1]
+              for lo in range(0, corpus.num_sentences, PIECE_BLOCK)]
+    total = sum(int(_piece_counts(b, words).sum()) for b in blocks)
+    starts, lengths = np.empty(total, np.int64), np.empty(total, np.int32)
+    done = 0
+    for block in blocks:
+        body = np.diff(block) - 2  # words between <S> and </S>
+        counts = _piece_counts(block, words)
+        sentence = np.repeat(np.arange(len(body)), counts)
+        offset = (np.arange(len(sentence)) - (np.cumsum(counts) - counts)[sentence]) * words
+        stop = done + len(sentence)
+        starts[done:stop] = block[sentence] + 1 + offset
+        lengths[done:stop] = np.minimum(words, body[sentence] - offset)
+        done = stop
+    return SentencePieces(starts, lengths)
+
+
+PIECE_BLOCK = 1 << 16  # sentences cut at once: bounds the arrays cutting needs on the way
+
+
+def _piece_counts(block_starts: np.ndarray, words: int) -> np.ndarray:
+    """Pieces of at most `words` words of each sentence whose starts (and end) are given."""
+    return -(-(np.diff(block_starts) - 2) // words)
 
 
 def iterate_sentences(
