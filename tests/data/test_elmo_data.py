@@ -1,13 +1,15 @@
 """ELMo data: vocabulary, sentence examples, stream windows for truncated BPTT, the source."""
 
+import dataclasses
 import itertools
 
 import numpy as np
 import pytest
 
+import bertjax.data.elmo.examples as examples_lib
 from bertjax.data.elmo.examples import (
     DataError,
-    _epoch_stream,
+    EpochStream,
     encode_corpus,
     iterate_sentences,
     iterate_stream,
@@ -86,11 +88,28 @@ def test_sentence_examples(vocab):
         assert (ex["char_ids"][n:] == 0).all() and (ex["char_ids"][:n] > 0).all()
     np.testing.assert_array_equal(first[0]["char_ids"][0], word_char_ids(BOS, 10))
     # every piece once per epoch
-    assert sorted(int(e["lengths"]) for e in first[:7]) == sorted(len(p) for p in pieces)
+    assert sorted(int(e["lengths"]) for e in first[:7]) == sorted((pieces.lengths + 2).tolist())
     # two hosts: disjoint, interleaved shares of the same global order
     host1 = list(itertools.islice(iterate_sentences(corpus, T, 1, 0, 1, 2), 5))
     for k, ex in enumerate(host1):
         np.testing.assert_array_equal(ex["token_ids"], first[2 * k + 1]["token_ids"])
+
+
+def test_pieces_are_cut_the_same_a_block_at_a_time(vocab, monkeypatch):
+    corpus = encode_corpus(SENTENCES * 3, vocab, 10)
+    whole = sentence_pieces(corpus, 5)
+    monkeypatch.setattr(examples_lib, "PIECE_BLOCK", 2)
+    blocked = sentence_pieces(corpus, 5)
+    np.testing.assert_array_equal(whole.starts, blocked.starts)
+    np.testing.assert_array_equal(whole.lengths, blocked.lengths)
+    # each piece is 3 words at a time of a sentence between its <S> and </S>
+    words = [corpus.tokens[a:a + n].tolist() for a, n in zip(whole.starts, whole.lengths,
+                                                              strict=True)]
+    expected = []
+    for a, b in itertools.pairwise(corpus.sentence_starts.tolist()):
+        body = corpus.tokens[a + 1:b - 1].tolist()
+        expected += [body[k:k + 3] for k in range(0, len(body), 3)]
+    assert words == expected
 
 
 def test_stream_windows_continue_row_by_row(vocab):
@@ -118,13 +137,51 @@ def test_reverse_stream_is_the_row_backwards(vocab):
     windows = list(itertools.islice(iterate_stream(corpus, T, 1, 0, 0), 3))
     forward = np.concatenate([w["token_ids"] for w in windows])
     backward = np.concatenate([w["reverse_token_ids"] for w in windows])
-    row = _epoch_stream(corpus, 0, 0)  # one row: the whole epoch's stream
+    row = EpochStream(corpus, 0, 0).read(0, corpus.num_tokens)  # one row: the whole stream
     np.testing.assert_array_equal(forward, corpus.type_word_ids[row[:3 * T]])
     np.testing.assert_array_equal(backward, corpus.type_word_ids[row[::-1][:3 * T]])
     # the stream is the sentences, each inside <S> ... </S>, in a seeded order
     words = vocab.token_ids([BOS, *itertools.chain.from_iterable(
         [*s, EOS, BOS] for s in SENTENCES)])[:-1]
     assert sorted(corpus.type_word_ids[row].tolist()) == sorted(words.tolist())
+
+
+class CountedIds:
+    """Flat ids that count the ids read and refuse to be converted whole."""
+
+    def __init__(self, ids):
+        self.ids, self.read = ids, 0
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, key):
+        assert isinstance(key, slice), "read by slices"
+        out = self.ids[key]
+        self.read += len(out)
+        return out
+
+    def __array__(self, *args, **kwargs):
+        raise AssertionError("the corpus's ids were converted whole")
+
+
+@pytest.mark.parametrize("mode", ["sentence", "stream"])
+def test_examples_read_only_their_own_ids(vocab, mode):
+    """An example reads its own ids (a slice per sentence it touches), never the corpus: the
+    ids of a token store stay on disk, and start-up does not grow with the corpus."""
+    corpus = encode_corpus(SENTENCES * 50, vocab, 10)
+    counted = dataclasses.replace(corpus, tokens=CountedIds(corpus.tokens))
+    G, T, n = 4, 5, 12
+    if mode == "sentence":
+        examples = [iterate_sentences(c, T, 1, 40) for c in (corpus, counted)]
+        bound = n * (T - 2)
+    else:
+        examples = [iterate_stream(c, T, G, 1, G) for c in (corpus, counted)]
+        bound = n * 2 * (T + 1)
+    for a, b in itertools.islice(zip(*examples, strict=True), n):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+    assert 0 < counted.tokens.read <= bound < corpus.num_tokens
 
 
 def write_corpus(tmp_path, lines):

@@ -15,12 +15,18 @@ step leaves for row r is the right start for row r's next window. Host p of P ta
 [pG/P, (p+1)G/P), so row r is global batch row r whatever the host count.
 
 Both are pure functions of (seed, global example index): a resume starts at any index.
+
+Nothing is copied whole: the corpus is one flat array of type ids (a token store's stay on
+disk) with each sentence's start, pieces are (start, length) pairs, and an epoch's stream is
+the shuffled sentences' cumulative lengths, so an example reads only its own ids.
 """
 
 from __future__ import annotations
 
+import array
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -28,60 +34,124 @@ from bertjax.data.source import DataError
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, word_char_ids
 
 MODES = ("sentence", "stream")
+BOS_TYPE, EOS_TYPE = 0, 1  # every corpus's first two types: each sentence starts and ends so
+
+
+class FlatIds(Protocol):
+    """A flat array of int32 type ids: a numpy array, or a token store's lazily read
+    `TokenArray` (slices read only the ids asked for)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice) -> np.ndarray: ...
 
 
 @dataclasses.dataclass(frozen=True)
 class EncodedCorpus:
-    """Sentences as type ids; per type its word id and character ids."""
+    """Sentences as type ids; per type its word id and character ids.
+
+    The sentences lie end to end in one flat array, `tokens`, which is never copied whole: a
+    store's tokens stay on disk and an example reads only its own ids, so opening a corpus
+    costs memory and time in its number of sentences (small index arrays), not its tokens."""
 
     type_word_ids: np.ndarray  # [K] int32
     type_char_ids: np.ndarray  # [K, C] int16
-    sentences: tuple[np.ndarray, ...]  # type ids of <S> w_1 .. w_n </S>
+    tokens: FlatIds  # [N] type ids of every <S> w_1 .. w_n </S>, sentence after sentence
+    sentence_starts: np.ndarray  # [S + 1] int64: sentence j is tokens[starts[j]:starts[j + 1]]
+
+    @property
+    def num_sentences(self) -> int:
+        return len(self.sentence_starts) - 1
 
     @property
     def num_tokens(self) -> int:
-        return sum(len(s) for s in self.sentences)
+        return int(self.sentence_starts[-1])
+
+    @property
+    def sentence_lengths(self) -> np.ndarray:
+        """[S] int64: each sentence's tokens, <S> and </S> included."""
+        return np.diff(self.sentence_starts)
 
 
 def encode_corpus(
     token_lists: Sequence[Sequence[str]], vocab: ElmoVocabulary, max_chars: int
 ) -> EncodedCorpus:
     """Type ids of every sentence (empty ones dropped), <S> and </S> added."""
-    types, sentences = type_sentences(token_lists)
-    return typed_corpus(types, sentences, vocab, max_chars)
+    types, tokens, lengths = type_sentences(token_lists)
+    return typed_corpus(types, tokens, lengths, vocab, max_chars)
 
 
-def type_sentences(token_lists: Sequence[Sequence[str]]) -> tuple[list[str], list[np.ndarray]]:
-    """(the types in order of first use, <S> and </S> first; each non-empty sentence as type
-    ids inside <S> ... </S>)."""
-    index: dict[str, int] = {BOS: 0, EOS: 1}
-    sentences = []
+def type_sentences(token_lists: Sequence[Sequence[str]]
+                   ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(the types in order of first use, <S> and </S> first; every non-empty sentence's type
+    ids inside <S> ... </S>, end to end, as int32; each such sentence's length, as int64)."""
+    index: dict[str, int] = {BOS: BOS_TYPE, EOS: EOS_TYPE}
+    ids, lengths = array.array("i"), array.array("q")
     for tokens in token_lists:
         if tokens:
-            ids = [0] + [index.setdefault(t, len(index)) for t in tokens] + [1]
-            sentences.append(np.asarray(ids, np.int32))
-    return list(index), sentences
+            ids.append(BOS_TYPE)
+            ids.extend(index.setdefault(t, len(index)) for t in tokens)
+            ids.append(EOS_TYPE)
+            lengths.append(len(tokens) + 2)
+    return (list(index), np.frombuffer(ids, np.int32) if ids else np.zeros(0, np.int32),
+            np.frombuffer(lengths, np.int64) if lengths else np.zeros(0, np.int64))
 
 
-def typed_corpus(types: Sequence[str], sentences: Sequence[np.ndarray], vocab: ElmoVocabulary,
-                 max_chars: int) -> EncodedCorpus:
-    """The EncodedCorpus of sentences of type ids: each type's word id and character ids."""
+def typed_corpus(types: Sequence[str], tokens: FlatIds, sentence_lengths: np.ndarray,
+                 vocab: ElmoVocabulary, max_chars: int) -> EncodedCorpus:
+    """The EncodedCorpus of flat type ids cut into sentences of the given lengths: each
+    type's word id and character ids. `tokens` is kept as it is (a store's ids stay lazy)."""
     chars = np.stack([word_char_ids(t, max_chars) for t in types]).astype(np.int16)
-    return EncodedCorpus(vocab.token_ids(list(types)), chars, tuple(sentences))
+    starts = np.zeros(len(sentence_lengths) + 1, np.int64)
+    np.cumsum(sentence_lengths, out=starts[1:])
+    if starts[-1] != len(tokens):
+        raise DataError(f"the sentences hold {starts[-1]} tokens but the corpus has "
+                        f"{len(tokens)}: rebuild the token store with bertjax-prepare")
+    return EncodedCorpus(vocab.token_ids(list(types)), chars, tokens, starts)
 
 
-def sentence_pieces(corpus: EncodedCorpus, seq_length: int) -> list[np.ndarray]:
-    """Sentences cut to at most seq_length - 2 words, each inside <S> ... </S>."""
+@dataclasses.dataclass(frozen=True)
+class SentencePieces:
+    """Sentences cut to at most seq_length - 2 words: piece p is the words
+    tokens[starts[p]:starts[p] + lengths[p]], to be put inside <S> ... </S>."""
+
+    starts: np.ndarray  # [P] int64: where the piece's first word lies in corpus.tokens
+    lengths: np.ndarray  # [P] int32: its words (1 .. seq_length - 2)
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+def sentence_pieces(corpus: EncodedCorpus, seq_length: int) -> SentencePieces:
+    """Sentences cut to at most seq_length - 2 words, in order: computed a block of sentences
+    at a time, so that nothing but the result grows with the corpus."""
     words = seq_length - 2
     if words < 1:
         raise DataError(f"sequence length {seq_length} leaves no room for words between <S> and "
                         "</S>: set train.seq_phases lengths >= 3")
-    pieces = []
-    for sentence in corpus.sentences:
-        body = sentence[1:-1]
-        for start in range(0, len(body), words):
-            pieces.append(np.concatenate([sentence[:1], body[start:start + words], sentence[-1:]]))
-    return pieces
+    blocks = [corpus.sentence_starts[lo:lo + PIECE_BLOCK + 1]
+              for lo in range(0, corpus.num_sentences, PIECE_BLOCK)]
+    total = sum(int(_piece_counts(b, words).sum()) for b in blocks)
+    starts, lengths = np.empty(total, np.int64), np.empty(total, np.int32)
+    done = 0
+    for block in blocks:
+        body = np.diff(block) - 2  # words between <S> and </S>
+        counts = _piece_counts(block, words)
+        sentence = np.repeat(np.arange(len(body)), counts)
+        offset = (np.arange(len(sentence)) - (np.cumsum(counts) - counts)[sentence]) * words
+        stop = done + len(sentence)
+        starts[done:stop] = block[sentence] + 1 + offset
+        lengths[done:stop] = np.minimum(words, body[sentence] - offset)
+        done = stop
+    return SentencePieces(starts, lengths)
+
+
+PIECE_BLOCK = 1 << 16  # sentences cut at once: bounds the arrays cutting needs on the way
+
+
+def _piece_counts(block_starts: np.ndarray, words: int) -> np.ndarray:
+    """Pieces of at most `words` words of each sentence whose starts (and end) are given."""
+    return -(-(np.diff(block_starts) - 2) // words)
 
 
 def iterate_sentences(
@@ -99,10 +169,12 @@ def iterate_sentences(
         if i // n != epoch:
             epoch = i // n
             order = np.random.default_rng([seed, epoch]).permutation(n)
-        piece = pieces[order[i % n]]
-        length = len(piece)
+        p = order[i % n]
+        start, words = int(pieces.starts[p]), int(pieces.lengths[p])
+        length = words + 2
         types = np.zeros(seq_length, np.int32)
-        types[:length] = piece
+        types[0], types[length - 1] = BOS_TYPE, EOS_TYPE
+        types[1:length - 1] = corpus.tokens[start:start + words]
         example = {
             "token_ids": np.where(np.arange(seq_length) < length,
                                   corpus.type_word_ids[types], 0).astype(np.int32),
@@ -116,9 +188,34 @@ def iterate_sentences(
         i += process_count
 
 
-def _epoch_stream(corpus: EncodedCorpus, seed: int, epoch: int) -> np.ndarray:
-    order = np.random.default_rng([seed, epoch, 1]).permutation(len(corpus.sentences))
-    return np.concatenate([corpus.sentences[j] for j in order])
+class EpochStream:
+    """One epoch's stream: the sentences end to end in a seeded order, never put together.
+    `ends` are the permuted sentences' cumulative lengths, so a range of the stream is read
+    as one slice of corpus.tokens per sentence it touches."""
+
+    def __init__(self, corpus: EncodedCorpus, seed: int, epoch: int):
+        self.corpus = corpus
+        self.order = np.random.default_rng([seed, epoch, 1]).permutation(corpus.num_sentences)
+        self.ends = np.cumsum(corpus.sentence_lengths[self.order])
+
+    def __len__(self) -> int:
+        return self.corpus.num_tokens
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Type ids of stream positions [start, stop), as int32."""
+        if stop <= start:
+            return np.zeros(0, np.int32)
+        first = int(np.searchsorted(self.ends, start, side="right"))
+        last = int(np.searchsorted(self.ends, stop - 1, side="right"))
+        parts = []
+        for k in range(first, last + 1):
+            j = int(self.order[k])
+            begin = int(self.ends[k]) - int(self.corpus.sentence_starts[j + 1] -
+                                            self.corpus.sentence_starts[j])  # stream position
+            lo, hi = max(start, begin) - begin, min(stop, int(self.ends[k])) - begin
+            at = int(self.corpus.sentence_starts[j])
+            parts.append(self.corpus.tokens[at + lo:at + hi])
+        return np.concatenate(parts).astype(np.int32, copy=False)
 
 
 def stream_windows_per_epoch(corpus: EncodedCorpus, seq_length: int, global_batch: int) -> int:
@@ -149,12 +246,14 @@ def iterate_stream(
     while True:
         if window // windows != epoch:
             epoch = window // windows
-            stream = _epoch_stream(corpus, seed, epoch)
+            stream = EpochStream(corpus, seed, epoch)
         k = window % windows
         for r in rows:
-            row = stream[r * row_length:(r + 1) * row_length]
-            forward = row[k * T:k * T + T + 1]
-            backward = row[::-1][k * T:k * T + T + 1]
+            row = r * row_length  # the row is stream[row:row + row_length]
+            forward = stream.read(row + k * T, row + k * T + T + 1)
+            # the reversed row's window k: row positions L - 1 - kT down to L - 1 - kT - T
+            backward = stream.read(row + row_length - k * T - T - 1,
+                                   row + row_length - k * T)[::-1]
             example = {
                 "token_ids": corpus.type_word_ids[forward[:-1]],
                 "next_token_ids": corpus.type_word_ids[forward[1:]],

@@ -98,14 +98,16 @@ class ElmoSource(Source):
 
     def encode_documents(self, documents: list[list[str]]) -> Chunk:
         per_document = [self.corpus_view([doc]) for doc in documents]
-        types, sentences = type_sentences([s for doc in per_document for s in doc])
-        tokens = np.concatenate([np.zeros(0, np.int32), *sentences])
-        return Chunk(tokens, np.array([len(s) for s in sentences], np.int64),
+        types, tokens, lengths = type_sentences([s for doc in per_document for s in doc])
+        return Chunk(tokens, lengths,
                      np.array([len(doc) for doc in per_document], np.int64), types[2:])
 
     def from_store(self, store: TokenStore) -> None:
+        """The store's ids stay where they are (read lazily, an example's at a time): opening
+        costs the sentence index, not the corpus."""
         types = [BOS, EOS, *store.types()]
-        self.corpus = typed_corpus(types, store.sentences(), self.vocab, self.max_chars)
+        self.corpus = typed_corpus(types, store.tokens, store.tokens_per_sentence, self.vocab,
+                                   self.max_chars)
 
     def tokenizer_options(self) -> dict[str, Any]:
         return {"word_tokenizer": self.tokenizer}

@@ -11,6 +11,7 @@ from bertjax import files
 from bertjax.data.source import DataError, Source
 from bertjax.data.store import build as build_lib
 from bertjax.data.store.format import MANIFEST
+from bertjax.data.store.reader import TokenArray, TokenStore
 from tests.gcs import gcs_bucket  # noqa: F401 - the fixture
 
 from .conftest import FAMILIES
@@ -149,6 +150,34 @@ def test_a_raw_text_corpus_is_read_as_before(wiki_slice, learned_vocab, tmp_path
     assert source.store_path is None and Source.store_path.fget(source) is None
     source.prepare(tmp_path)
     assert isinstance(source.stream, np.ndarray)
+
+
+@pytest.mark.parametrize("mode", ["sentence", "stream"])
+def test_elmo_keeps_a_stores_ids_where_they_lie(mode, wiki_slice, learned_vocab,
+                                               tmp_path_factory, tmp_path, monkeypatch):
+    """ELMo opens a store without cutting it into per-sentence arrays or copying its ids (so
+    start-up does not grow with the corpus): its corpus is the store's lazily read ids, and a
+    first block of 2 examples of 16 reads those examples' ids only."""
+    store = store_of("elmo", "bert", wiki_slice, learned_vocab("elmo"), tmp_path_factory)
+
+    def refuse(self):
+        raise AssertionError("the store was cut into one array per sentence")
+
+    read = []
+    getitem = TokenArray.__getitem__
+
+    def counted(self, key):
+        out = getitem(self, key)
+        read.append(out.size)
+        return out
+
+    monkeypatch.setattr(TokenStore, "sentences", refuse)
+    monkeypatch.setattr(TokenArray, "__getitem__", counted)
+    source = FAMILIES["elmo"][0](corpus=f"store:{store}", mode=mode)
+    source.prepare(tmp_path)
+    assert isinstance(source.corpus.tokens, TokenArray)
+    next(source.example_blocks(16, 2, 0, 0, 1))
+    assert 0 < sum(read) <= 2 * 2 * 17 < source.corpus.num_tokens
 
 
 def test_a_store_and_its_corpus_on_gs_go_through_the_path_layer(
