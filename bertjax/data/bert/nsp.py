@@ -79,9 +79,9 @@ class Corpus:
         self.sentence_starts = _starts(kept_lengths)  # [S+1]
         del kept_lengths
         self.doc_sentences = _starts(kept_per_doc[nonempty])  # [D+1]
-        group_of_doc = np.repeat(np.arange(len(group_sizes)), group_sizes)
-        docs_per_group = np.bincount(group_of_doc[nonempty], minlength=len(group_sizes))
-        self.group_docs = np.concatenate([[0], np.cumsum(docs_per_group)])  # [G+1]
+        del kept_per_doc
+        docs_per_group = _kept_per_document(nonempty, np.asarray(group_sizes, np.int64))
+        self.group_docs = _starts(docs_per_group)  # [G+1]
 
     @property
     def num_documents(self) -> int:
@@ -110,13 +110,14 @@ class Corpus:
 
 
 def _kept_per_document(kept: np.ndarray, document_lengths: np.ndarray) -> np.ndarray:
-    """int64 [D]: the kept sentences of each document, summed document by document (no
-    per-sentence index array: a large corpus has tens of millions of sentences)."""
+    """int64 [D]: the kept sentences of each document (or kept documents of each group),
+    summed document by document: no index array as long as the sentences."""
+    if kept.all():  # the usual case: no empty sentence
+        return np.array(document_lengths, np.int64)
     counts = np.zeros(len(document_lengths), np.int64)
-    has_sentences = np.flatnonzero(document_lengths > 0)
-    if has_sentences.size:
-        firsts = np.cumsum(document_lengths)[has_sentences] - document_lengths[has_sentences]
-        counts[has_sentences] = np.add.reduceat(kept, firsts, dtype=np.int64)
+    has_sentences = document_lengths > 0  # reduceat would count an empty one's neighbour
+    firsts = _starts(document_lengths)[:-1][has_sentences]
+    counts[has_sentences] = np.add.reduceat(kept, firsts, dtype=np.int64)
     return counts
 
 
