@@ -298,7 +298,7 @@ LABEL_DTYPE = np.int8  # next_sentence_label: 0 IsNext, 1 random next
 
 def index_dtypes(corpus: Corpus) -> tuple[type, type]:
     """(token position, document) dtypes of the corpus's instances: int32 where the corpus's
-    tokens and documents fit (a quarter of the planned table in int64), else int64."""
+    tokens and documents fit (half the bytes), else int64 (past 2**31 tokens: ~16 GB of text)."""
     fits = lambda n: n < 2**31  # noqa: E731
     return (np.int32 if fits(corpus.tokens.size) else np.int64,
             np.int32 if fits(corpus.num_documents) else np.int64)
