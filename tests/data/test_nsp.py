@@ -1,8 +1,11 @@
 """Sentence-pair planning on WikiText-2 (paragraphs as documents, ' . ' as sentence breaks)."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
+from bertjax.data.bert import nsp as nsp_module
 from bertjax.data.bert.masking import SpecialIds
 from bertjax.data.bert.nsp import (
     IS_NEXT,
@@ -10,6 +13,7 @@ from bertjax.data.bert.nsp import (
     Corpus,
     Instances,
     check_corpus,
+    index_dtypes,
     pack,
     plan_instances,
     truncation,
@@ -219,3 +223,48 @@ def test_pack_matches_a_per_row_reference(corpus, instances):
             assert input_ids[r].tolist() == ids + [SPECIAL.pad] * pad, r
             assert input_mask[r].tolist() == [1] * len(ids) + [0] * pad, r
             assert segment_ids[r].tolist() == segments + [0] * pad, r
+
+
+def _random_corpus(seed=0, documents=60):
+    """Documents of 0-8 sentences of 0-40 tokens (empty ones included)."""
+    rng = np.random.default_rng(seed)
+    return [[rng.integers(5, 100, rng.integers(0, 41)).astype(np.int32)
+             for _ in range(rng.integers(0, 9))] for _ in range(documents)]
+
+
+def test_corpus_counts_kept_sentences_around_empty_documents():
+    documents = [[], [np.array([], np.int32)], *_random_corpus(), [np.array([], np.int32)], []]
+    corpus = Corpus(documents)
+    kept = [[s for s in doc if s.size] for doc in documents]
+    kept = [doc for doc in kept if doc]
+    assert corpus.sentences_per_document().tolist() == [len(doc) for doc in kept]
+    assert np.diff(corpus.sentence_starts).tolist() == [s.size for doc in kept for s in doc]
+    assert corpus.sentence_starts.dtype == corpus.doc_sentences.dtype == np.int64
+
+
+@pytest.mark.parametrize("nsp", [True, False])
+def test_planned_tables_are_compact_and_read_as_wide_ones(monkeypatch, nsp):
+    """int32 positions and documents, int8 labels; a corpus too large for int32 plans the same
+    instances in int64 (index_dtypes), and both pack to the same rows."""
+    corpus = Corpus(_random_corpus())
+    compact = plan(corpus, 3, max_seq_length=32, nsp=nsp)
+    assert [f.dtype for f in compact] == [np.int32] * 6 + [np.int8]
+    monkeypatch.setattr(nsp_module, "index_dtypes", lambda corpus: (np.int64, np.int64))
+    wide = plan(corpus, 3, max_seq_length=32, nsp=nsp)
+    assert [f.dtype for f in wide] == [np.int64] * 6 + [np.int8]
+    for a, b in zip(compact, wide, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(pack(corpus, compact, SPECIAL, 32), pack(corpus, wide, SPECIAL, 32),
+                    strict=True):
+        assert a.dtype == b.dtype == np.int32
+        np.testing.assert_array_equal(a, b)
+
+
+def test_index_dtypes_widen_past_int32():
+    def sized(tokens, documents):  # a zero-stride view: no memory for 2**31 ids
+        return SimpleNamespace(tokens=np.broadcast_to(np.int32(0), (tokens,)),
+                               num_documents=documents)
+
+    assert index_dtypes(sized(2**31 - 1, 10)) == (np.int32, np.int32)
+    assert index_dtypes(sized(2**31, 10)) == (np.int64, np.int32)
+    assert index_dtypes(sized(10, 2**31)) == (np.int32, np.int64)

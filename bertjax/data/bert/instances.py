@@ -213,15 +213,17 @@ class DynamicStream:
         self.corpus, self.special, self.config, self.seed = corpus, special, config, seed
         self.is_continuation = is_continuation
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="plan-epoch")
-        self._epochs = _Lru(3, lambda epoch: self._pool.submit(self._plan_epoch, epoch))
+        # the epoch served and the next, planned ahead: a block spanning an epoch boundary
+        # reads both before asking for the one after (any other epoch is planned again)
+        self._epochs = _Lru(2, lambda epoch: self._pool.submit(self._plan_epoch, epoch))
         self._starts = [0]  # global index of the first example of epochs 0, 1, ...
 
     def _plan_epoch(self, epoch: int) -> Instances:
         rng = _rng(self.seed, _EPOCH, epoch)
-        instances = _plan(self.corpus, self.config, rng)
-        if len(instances.doc) == 0:
+        fields = list(_plan(self.corpus, self.config, rng))
+        if len(fields[0]) == 0:
             raise ValueError("the corpus gives no pretraining instances: check the input files")
-        return instances.take(rng.permutation(len(instances.doc)))
+        return Instances.permuted(fields, rng.permutation(len(fields[0])))
 
     def epoch(self, epoch: int) -> Instances:
         """The instances of epoch `epoch`, in the order they are served."""

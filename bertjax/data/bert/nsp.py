@@ -71,15 +71,17 @@ class Corpus:
             raise ValueError(f"group sizes {list(group_sizes)} do not add up to the "
                              f"{len(document_lengths)} documents")
         kept = sentence_lengths > 0
-        doc_of_sentence = np.repeat(np.arange(len(document_lengths)), document_lengths)
-        kept_per_doc = np.bincount(doc_of_sentence[kept], minlength=len(document_lengths))
+        kept_per_doc = _kept_per_document(kept, document_lengths)
         nonempty = kept_per_doc > 0
-        group_of_doc = np.repeat(np.arange(len(group_sizes)), group_sizes)
         self.tokens = tokens  # [T]
-        self.sentence_starts = np.concatenate([[0], np.cumsum(sentence_lengths[kept])])  # [S+1]
-        self.doc_sentences = np.concatenate([[0], np.cumsum(kept_per_doc[nonempty])])  # [D+1]
-        docs_per_group = np.bincount(group_of_doc[nonempty], minlength=len(group_sizes))
-        self.group_docs = np.concatenate([[0], np.cumsum(docs_per_group)])  # [G+1]
+        kept_lengths = sentence_lengths if kept.all() else sentence_lengths[kept]
+        del kept
+        self.sentence_starts = _starts(kept_lengths)  # [S+1]
+        del kept_lengths
+        self.doc_sentences = _starts(kept_per_doc[nonempty])  # [D+1]
+        del kept_per_doc
+        docs_per_group = _kept_per_document(nonempty, np.asarray(group_sizes, np.int64))
+        self.group_docs = _starts(docs_per_group)  # [G+1]
 
     @property
     def num_documents(self) -> int:
@@ -105,6 +107,26 @@ class Corpus:
     def num_multi_sentence(self) -> int:
         """Documents with at least two sentences: the only sources of IsNext pairs."""
         return int((self.sentences_per_document() >= 2).sum())
+
+
+def _kept_per_document(kept: np.ndarray, document_lengths: np.ndarray) -> np.ndarray:
+    """int64 [D]: the kept sentences of each document (or kept documents of each group),
+    summed document by document: no index array as long as the sentences."""
+    if kept.all():  # the usual case: no empty sentence
+        return np.array(document_lengths, np.int64)
+    counts = np.zeros(len(document_lengths), np.int64)
+    has_sentences = document_lengths > 0  # reduceat would count an empty one's neighbour
+    firsts = _starts(document_lengths)[:-1][has_sentences]
+    counts[has_sentences] = np.add.reduceat(kept, firsts, dtype=np.int64)
+    return counts
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    """int64 [n+1]: 0 and the running sums of `lengths`, written in place."""
+    starts = np.empty(len(lengths) + 1, np.int64)
+    starts[0] = 0
+    np.cumsum(lengths, out=starts[1:])
+    return starts
 
 
 def _token_ids(tokens: object) -> np.ndarray:
@@ -137,18 +159,29 @@ class Instances(NamedTuple):
 
     Segment A is tokens[a_start:a_stop] of document `doc`; B is tokens[b_start:b_stop] of
     document `b_doc`, or absent when b_doc == -1 (single segments, nsp=False).
+    Planned tables keep them compact (`index_dtypes`: int32 where the corpus fits, labels
+    int8); any integer dtype reads the same.
     """
 
-    doc: np.ndarray  # int64 [N]
-    a_start: np.ndarray  # int64 [N]
-    a_stop: np.ndarray  # int64 [N]
-    b_doc: np.ndarray  # int64 [N]
-    b_start: np.ndarray  # int64 [N]
-    b_stop: np.ndarray  # int64 [N]
-    label: np.ndarray  # int32 [N], next_sentence_label: 0 IsNext, 1 random next
+    doc: np.ndarray  # [N]
+    a_start: np.ndarray  # [N]
+    a_stop: np.ndarray  # [N]
+    b_doc: np.ndarray  # [N]
+    b_start: np.ndarray  # [N]
+    b_stop: np.ndarray  # [N]
+    label: np.ndarray  # [N], next_sentence_label: 0 IsNext, 1 random next
 
     def take(self, rows: np.ndarray) -> Instances:
         return Instances(*(field[rows] for field in self))
+
+    @classmethod
+    def permuted(cls, fields: list[np.ndarray], rows: np.ndarray) -> Instances:
+        """`Instances(*fields).take(rows)`, emptying `fields` as it goes: each field's copy
+        is dropped as soon as it is taken, so the table is never held twice."""
+        taken = []
+        while fields:
+            taken.append(fields.pop(0)[rows])
+        return cls(*taken)
 
     @classmethod
     def concatenate(cls, tables: Sequence[Instances]) -> Instances:
@@ -205,44 +238,94 @@ def plan_instances(
     if nsp and hi - lo < 2:
         doc = doc[:0]
     i, stop = doc_sentences[doc], doc_sentences[doc + 1]  # each document's cursor and end
-    steps: list[tuple[np.ndarray, ...]] = []
-    while doc.size:
+    position, ids = index_dtypes(corpus)
+    sources = doc  # the documents of segment A, in order
+    source = np.arange(doc.size, dtype=ids)  # each live document's place among the sources
+    per_source = np.zeros(doc.size, np.int64)  # instances planned from it
+    steps: list[tuple[np.ndarray, ...]] = []  # step k: the k-th instance of each live source
+    while doc.size:  # each step's temporaries dropped once used: step 0 spans every document
         short = rng.random(doc.size) < short_seq_prob
         target = np.where(short, rng.integers(2, max_tokens + 1, doc.size), max_tokens)
+        del short
         j = _chunk_end(starts, i, target, stop)
         if not nsp:
             cut = np.maximum(starts[j] - starts[i] - max_tokens, 0)
             front = rng.binomial(cut, 0.5)
-            zeros = np.zeros(doc.size, np.int64)
-            steps.append((doc, starts[i] + front, starts[j] - (cut - front), zeros - 1, zeros,
-                          zeros, zeros))
+            steps.append((source, None, (starts[i] + front).astype(position),
+                          (starts[j] - (cut - front)).astype(position), None, None, None, None))
+            del target, cut, front
             i = j
         else:
             is_random = rng.random(doc.size) < 0.5
             single = ~is_random & (j - i == 1)  # IsNext needs two sentences
             i, j = i - (single & (j == stop)), j + (single & (j < stop))
+            del single
             a_end = i + 1 + _fraction(rng, j - i - 1)
             a_start, a_stop = starts[i], starts[a_end]
             other = lo + rng.integers(0, hi - lo - 1, doc.size)
             other += other >= doc
             first = doc_sentences[other] + _fraction(rng, sentences[other])
             b_end = _chunk_end(starts, first, target - (a_stop - a_start), doc_sentences[other + 1])
-            b_doc = np.where(is_random, other, doc)
+            del target
+            b_doc = np.where(is_random, other, doc).astype(ids)
+            del other
             b_start = np.where(is_random, starts[first], a_stop)
+            del first
             b_stop = np.where(is_random, starts[b_end], starts[j])
+            del b_end
             i = np.where(is_random, a_end, j)  # a random next puts the unused sentences back
+            del a_end, j
             cut_a, cut_b = truncation(a_stop - a_start, b_stop - b_start, max_tokens)
             front_a, front_b = rng.binomial(cut_a, 0.5), rng.binomial(cut_b, 0.5)
-            steps.append((doc, a_start + front_a, a_stop - (cut_a - front_a), b_doc,
-                          b_start + front_b, b_stop - (cut_b - front_b), is_random))
+            a_start = (a_start + front_a).astype(position)
+            a_stop = (a_stop - (cut_a - front_a)).astype(position)
+            del cut_a, front_a
+            b_start = (b_start + front_b).astype(position)
+            b_stop = (b_stop - (cut_b - front_b)).astype(position)
+            del cut_b, front_b
+            steps.append((source, None, a_start, a_stop, b_doc, b_start, b_stop,
+                          is_random.astype(LABEL_DTYPE)))
+            del a_start, a_stop, b_doc, b_start, b_stop, is_random
+        per_source[source] += 1
         live = i < stop
-        doc, i, stop = doc[live], i[live], stop[live]
-    if not steps:
-        return Instances(*(np.zeros(0, np.int64) for _ in range(6)), np.zeros(0, np.int32))
-    fields = [np.concatenate(column).astype(np.int64) for column in zip(*steps, strict=True)]
-    order = np.argsort(fields[0], kind="stable")  # document-major, steps in order
-    fields = [f[order] for f in fields]
-    return Instances(*fields[:6], fields[6].astype(np.int32))
+        doc, i, stop, source = doc[live], i[live], stop[live], source[live]
+        del live
+    return _document_major(steps, sources, per_source, position, ids)
+
+
+LABEL_DTYPE = np.int8  # next_sentence_label: 0 IsNext, 1 random next
+
+
+def index_dtypes(corpus: Corpus) -> tuple[type, type]:
+    """(token position, document) dtypes of the corpus's instances: int32 where the corpus's
+    tokens and documents fit (half the bytes), else int64 (past 2**31 tokens: ~16 GB of text)."""
+    fits = lambda n: n < 2**31  # noqa: E731
+    return (np.int32 if fits(corpus.tokens.size) else np.int64,
+            np.int32 if fits(corpus.num_documents) else np.int64)
+
+
+def _document_major(steps: list[tuple[np.ndarray, ...]], sources: np.ndarray,
+                    per_source: np.ndarray, position: type, ids: type) -> Instances:
+    """The instances of all steps, document after document and each document's in step order.
+
+    Step k holds (the place of each source still live, in order, then the fields of its k-th
+    instance, None for the document and the fields nsp=False leaves out): that instance goes
+    to row (the source's first row) + k. Written one field at a time, each step's arrays of a
+    field released once placed, so the planned table is never held twice."""
+    firsts = np.cumsum(per_source) - per_source
+    total = int(per_source.sum())
+    fields = [np.repeat(sources.astype(ids), per_source)]
+    for f, dtype in enumerate((position, position, ids, position, position, LABEL_DTYPE),
+                              start=2):
+        if steps and steps[0][f] is None:  # single segments: no B (b_doc -1), label IsNext
+            fields.append(np.full(total, -1 if f == 4 else 0, dtype))
+            continue
+        field = np.empty(total, dtype)
+        for k, step in enumerate(steps):
+            field[firsts[step[0]] + k] = step[f]
+            steps[k] = (*step[:f], None, *step[f + 1:])
+        fields.append(field)
+    return Instances(*fields)
 
 
 def pack(corpus: Corpus, instances: Instances, special: SpecialIds, max_seq_length: int
