@@ -4,6 +4,9 @@ carried over from the run that made them), into `<root>/report/`:
     learning_curve.md/.csv   per model, approach and labelled-set size: pretrained and random
                              means over the draws, the paired difference with its 95% interval
                              and verdict, the bag-of-words baselines on the same draws
+    comparisons.md/.csv      paired differences between pretrained arms on the same draws:
+                             masked LM minus left-to-right (BERT's Table 5), and each
+                             fine-tuned model minus TF-IDF logistic regression
     selection.md             the learning rates each fine-tuned arm chose, per size
     pretraining.md/.csv      per pretraining model: budget (steps, positions, FLOPs, wall
                              time) and held-out score against the unigram baseline
@@ -77,6 +80,61 @@ def curve_rows(plan: Plan, root: pathlib.Path) -> list[dict[str, Any]]:
                      "bow_nb": bow.get(("naive_bayes", labels), math.nan),
                      "draws": plan.draws})
     return rows
+
+
+COMPARISONS_CSV = ["comparison", "a", "b", "approach", "labels", "a_mean", "b_mean",
+                   "diff_mean", "diff_ci_low", "diff_ci_high", "draws"]
+
+
+def baseline_accuracies(plan: Plan, root: pathlib.Path) -> dict[tuple[str, int], list[float]]:
+    """{(baseline, N): test accuracy per draw, in draw order}."""
+    values: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
+    for b in sorted(plan.baselines, key=lambda b: b.draw):
+        path = root / b.workdir / "study.json"
+        if path.is_file():
+            values[(b.kind, b.labels)].append(_read(path)["accuracy"])
+    return values
+
+
+def comparison_rows(plan: Plan, root: pathlib.Path) -> list[dict[str, Any]]:
+    """Paired comparisons that are not pretrained-against-random, each on the same draws:
+    BERT's masked LM against its left-to-right twin (both pretrained, every approach and size
+    both have), and every pretrained fine-tuned model against TF-IDF logistic regression.
+    A row needs every draw of both sides."""
+    accuracies, bow = point_accuracies(plan, root), baseline_accuracies(plan, root)
+    pairs = []
+    for model, approach, labels in plan.rows():
+        if model == "bert_ltr" and ("bert", approach, labels) in set(plan.rows()):
+            pairs.append(("masked LM minus left-to-right", "bert", "bert_ltr", approach, labels,
+                          accuracies.get(("bert", approach, labels), {}).get("pretrained", []),
+                          accuracies.get((model, approach, labels), {}).get("pretrained", [])))
+    for model, approach, labels in plan.rows():
+        if approach == "finetuned":
+            pairs.append(("fine-tuned minus bag-of-words", model, "tfidf_logreg", approach,
+                          labels,
+                          accuracies.get((model, approach, labels), {}).get("pretrained", []),
+                          bow.get(("tfidf_logreg", labels), [])))
+    return [{"comparison": name, "a": a, "b": b, "approach": approach, "labels": labels,
+             "a_values": va, "b_values": vb, "paired": paired(va, vb), "draws": plan.draws}
+            for name, a, b, approach, labels, va, vb in pairs
+            if len(va) == len(vb) == plan.draws]
+
+
+def comparison_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]],
+                                                          list[str], list[list[str]]]:
+    header = ["comparison", "a", "b", "approach", "labels", "a", "b",
+              "a minus b [95% interval]", "verdict"]
+    verdicts = {"better": "a better", "worse": "b better", "not shown": "not shown",
+                "one draw": "one draw"}
+    md = [[r["comparison"], r["a"], r["b"], APPROACH_NAMES[r["approach"]], f"{r['labels']:,}",
+           _mean(r["a_values"]), _mean(r["b_values"]), _interval(r["paired"]),
+           verdicts[r["paired"].verdict]] for r in rows]
+    csv_rows = [[r["comparison"], r["a"], r["b"], APPROACH_NAMES[r["approach"]],
+                 str(r["labels"]), repr(statistics.fmean(r["a_values"])),
+                 repr(statistics.fmean(r["b_values"])), repr(r["paired"].mean),
+                 repr(r["paired"].low), repr(r["paired"].high), str(r["draws"])]
+                for r in rows]
+    return header, md, COMPARISONS_CSV, csv_rows
 
 
 def _interval(p: Paired) -> str:
@@ -222,6 +280,10 @@ def write_report(plan: Plan, root: pathlib.Path) -> list[str]:
                          title=f"AG News test accuracy (7,600 items) by labelled-set size: "
                                f"means over {plan.draws} paired draws; pretrained minus random "
                                "per draw with its 95% t interval")]
+    texts.append(write_table(out, "comparisons", *comparison_table(comparison_rows(plan, root)),
+                             title=f"AG News test accuracy: paired differences between "
+                                   f"pretrained arms on the same {plan.draws} draws, with "
+                                   "their 95% t intervals"))
     texts.append(write_table(out, "selection", ["model", "init", "labels",
                                                 "rate chosen per draw (held-out accuracy)"],
                              selection_rows(plan, root), None, None,

@@ -245,6 +245,22 @@ def test_tables_are_recomputed_from_the_runs_files(tmp_path):
         assert float(row["diff_ci_high"]) == pytest.approx(diffs.mean() + half)
         bow = np.mean([accuracy[f"curve/bow-tfidf_logreg/n={n}/draw={d}"] for d in range(3)])
         assert float(row["bow_logreg"]) == pytest.approx(bow) and row["draws"] == "3"
+    comparisons = read_csv(tmp_path / "report" / "comparisons.csv")
+    assert list(comparisons[0]) == tables.COMPARISONS_CSV
+    objectives = [c for c in comparisons if c["b"] == "bert_ltr"]
+    assert [(c["approach"], c["labels"]) for c in objectives] == [
+        ("feature-based", n) for n in ("100", "400", "1600", "4000")] + [("fine-tuned", "400")]
+    for c in comparisons:  # each a paired difference of the two sides' draws
+        n, approach = int(c["labels"]), point_dir(c)
+        a = [accuracy[f"curve/{c['a']}-{approach}/pretrained/n={n}/draw={d}"] for d in range(3)]
+        b = ([accuracy[f"curve/{c['b']}-{approach}/pretrained/n={n}/draw={d}"]
+              for d in range(3)] if c["b"] == "bert_ltr" else
+             [accuracy[f"curve/bow-tfidf_logreg/n={n}/draw={d}"] for d in range(3)])
+        diffs = np.subtract(a, b)
+        half = 4.302652729911275 * diffs.std(ddof=1) / math.sqrt(3)
+        assert float(c["diff_mean"]) == pytest.approx(diffs.mean())
+        assert float(c["diff_ci_low"]) == pytest.approx(diffs.mean() - half)
+    assert sum(c["b"] == "tfidf_logreg" for c in comparisons) == 4 + 4 + 1 + 1
     # change one point's file: the table follows it
     point = "curve/gpt-features/random/n=100/draw=0"
     (tmp_path / point / "study.json").write_text(json.dumps({"accuracy": 0.0}))
@@ -254,7 +270,8 @@ def test_tables_are_recomputed_from_the_runs_files(tmp_path):
     expected = np.mean([0.0] + [accuracy[point.replace("draw=0", f"draw={d}")]
                                 for d in (1, 2)])
     assert float(row["random_mean"]) == pytest.approx(expected)
-    for name in ("learning_curve.md", "selection.md", "pretraining.md", "polysemy.md"):
+    for name in ("learning_curve.md", "comparisons.md", "selection.md", "pretraining.md",
+                 "polysemy.md"):
         assert (tmp_path / "report" / name).is_file()
     pre = read_csv(tmp_path / "report" / "pretraining.csv")
     assert math.isclose(float(pre[0]["tflops"]) * 1e12, training_flops(
