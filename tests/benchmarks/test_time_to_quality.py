@@ -58,6 +58,18 @@ def test_the_held_out_lines_are_never_in_the_training_file(tmp_path):
     assert "line 189\n" in train.read_text() and "line 190" not in train.read_text()
 
 
+def test_every_row_trains_and_is_scored_on_the_lines_as_bertjax_reads_them(tmp_path):
+    # bertjax's corpus reader strips each line; run_clm reads lines verbatim. Unstripped,
+    # the held-out text would hold tokens (" \n") that only the peer ever trained on.
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"  line {i} \t\n" + ("   \n" if i % 7 == 6 else "")
+                              for i in range(200)))
+    train, heldout = ttq.split_corpus(corpus, 0.05, 0, tmp_path)
+    assert heldout and all(line == line.strip() for line in heldout)
+    assert all(line == line.strip() for line in train.read_text().splitlines())
+    assert "\n\n" in train.read_text()  # blank lines (document boundaries) stay blank
+
+
 def test_held_out_masks_are_fixed_and_take_15_percent_of_real_tokens(tmp_path):
     from bertjax.tokenizers.wordpiece import learn_vocabulary, write_vocab
 
