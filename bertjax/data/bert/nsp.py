@@ -240,9 +240,10 @@ def plan_instances(
     i, stop = doc_sentences[doc], doc_sentences[doc + 1]  # each document's cursor and end
     position, ids = index_dtypes(corpus)
     sources = doc  # the documents of segment A, in order
-    source = np.arange(doc.size, dtype=ids)  # each live document's place among the sources
+    # each live document's place among the sources
+    source: np.ndarray = np.arange(doc.size, dtype=ids)
     per_source = np.zeros(doc.size, np.int64)  # instances planned from it
-    steps: list[tuple[np.ndarray, ...]] = []  # step k: the k-th instance of each live source
+    steps: list[tuple[np.ndarray | None, ...]] = []  # step k: the k-th instance of each live source
     while doc.size:  # each step's temporaries dropped once used: step 0 spans every document
         short = rng.random(doc.size) < short_seq_prob
         target = np.where(short, rng.integers(2, max_tokens + 1, doc.size), max_tokens)
@@ -267,7 +268,7 @@ def plan_instances(
             first = doc_sentences[other] + _fraction(rng, sentences[other])
             b_end = _chunk_end(starts, first, target - (a_stop - a_start), doc_sentences[other + 1])
             del target
-            b_doc = np.where(is_random, other, doc).astype(ids)
+            b_doc: np.ndarray = np.where(is_random, other, doc).astype(ids)
             del other
             b_start = np.where(is_random, starts[first], a_stop)
             del first
@@ -304,7 +305,7 @@ def index_dtypes(corpus: Corpus) -> tuple[type, type]:
             np.int32 if fits(corpus.num_documents) else np.int64)
 
 
-def _document_major(steps: list[tuple[np.ndarray, ...]], sources: np.ndarray,
+def _document_major(steps: list[tuple[np.ndarray | None, ...]], sources: np.ndarray,
                     per_source: np.ndarray, position: type, ids: type) -> Instances:
     """The instances of all steps, document after document and each document's in step order.
 
@@ -314,13 +315,13 @@ def _document_major(steps: list[tuple[np.ndarray, ...]], sources: np.ndarray,
     field released once placed, so the planned table is never held twice."""
     firsts = np.cumsum(per_source) - per_source
     total = int(per_source.sum())
-    fields = [np.repeat(sources.astype(ids), per_source)]
+    fields: list[np.ndarray] = [np.repeat(sources.astype(ids), per_source)]
     for f, dtype in enumerate((position, position, ids, position, position, LABEL_DTYPE),
                               start=2):
         if steps and steps[0][f] is None:  # single segments: no B (b_doc -1), label IsNext
             fields.append(np.full(total, -1 if f == 4 else 0, dtype))
             continue
-        field = np.empty(total, dtype)
+        field: np.ndarray = np.empty(total, dtype)
         for k, step in enumerate(steps):
             field[firsts[step[0]] + k] = step[f]
             steps[k] = (*step[:f], None, *step[f + 1:])

@@ -169,6 +169,7 @@ def iterate_sentences(
         if i // n != epoch:
             epoch = i // n
             order = np.random.default_rng([seed, epoch]).permutation(n)
+        assert order is not None  # set in the first pass: epoch starts at -1
         p = order[i % n]
         start, words = int(pieces.starts[p]), int(pieces.lengths[p])
         length = words + 2
@@ -247,6 +248,7 @@ def iterate_stream(
         if window // windows != epoch:
             epoch = window // windows
             stream = EpochStream(corpus, seed, epoch)
+        assert stream is not None  # made in the first pass: epoch starts at -1
         k = window % windows
         for r in rows:
             row = r * row_length  # the row is stream[row:row + row_length]

@@ -71,7 +71,7 @@ class LocalShard:
         try:
             for start, stop in spans:
                 ids = np.empty(stop - start, self.dtype)
-                view, offset = memoryview(ids).cast("B"), start * item
+                view, offset = ids.data.cast("B"), start * item
                 while view:  # pread may return less than asked (e.g. over 2 GB at once)
                     done = os.preadv(fd, [view], offset)
                     if done == 0:

@@ -41,6 +41,10 @@ from bertjax.data.store.format import (
 )
 from bertjax.data.store.local import LocalShard
 
+# One shard's ids as the reader holds them: empty shards as arrays, local ones read by
+# positioned reads, remote ones by ranged requests.
+Shard = np.ndarray | LocalShard | ranged.RangedShard
+
 
 class TokenArray:
     """The shards' token ids as one flat array of int32: slices and integer-array indexing
@@ -49,7 +53,7 @@ class TokenArray:
     dtype = np.dtype(np.int32)
     ndim = 1
 
-    def __init__(self, parts: Sequence[np.ndarray]) -> None:
+    def __init__(self, parts: Sequence[Shard]) -> None:
         self.parts = [p for p in parts if p.size] or [np.zeros(0, np.int32)]
         self.starts = np.concatenate([[0], np.cumsum([p.size for p in self.parts])])
 
@@ -110,7 +114,7 @@ class TokenStore:
         self.manifest = read_manifest(self.path)
         self.cache = ranged.BlockCache() if self.remote else None  # blocks of remote shards
         sizes = self._sizes()
-        self.shard_tokens: list[LocalShard | ranged.RangedShard] = []
+        self.shard_tokens: list[Shard] = []
         self._indexes: list[tuple[np.ndarray, np.ndarray]] = []  # gs:// only: read at opening
         dtype = np.dtype(self.manifest.dtype)
         for number, shard in enumerate(self.manifest.shards):
@@ -145,8 +149,7 @@ class TokenStore:
         return {entry["name"].rstrip("/").rsplit("/", 1)[-1]: int(entry.get("size") or 0)
                 for entry in listing if entry.get("type") == "file"}
 
-    def _tokens(self, name: str, dtype: np.dtype, count: int
-                ) -> np.ndarray | LocalShard | ranged.RangedShard:
+    def _tokens(self, name: str, dtype: np.dtype, count: int) -> Shard:
         """A shard's ids, read where they lie when asked for: by positioned reads (local,
         local.py says why not a memory map) or ranged requests (gs://)."""
         if not count:
@@ -213,7 +216,7 @@ class TokenStore:
 
     def sentences(self) -> list[np.ndarray]:
         """Every sentence's ids, each its own array (each shard read whole, once)."""
-        out = []
+        out: list[np.ndarray] = []
         for number, shard in enumerate(self.shard_tokens):
             tokens, starts = np.asarray(shard), self._index(number)[1]
             out.extend(tokens[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True))
