@@ -57,12 +57,7 @@ def point_accuracies(plan: Plan, root: pathlib.Path) -> dict[tuple, dict[str, li
 
 def baseline_means(plan: Plan, root: pathlib.Path) -> dict[tuple[str, int], float]:
     """{(baseline, N): mean test accuracy over the draws}."""
-    values: dict[tuple[str, int], list[float]] = collections.defaultdict(list)
-    for b in plan.baselines:
-        path = root / b.workdir / "study.json"
-        if path.is_file():
-            values[(b.kind, b.labels)].append(_read(path)["accuracy"])
-    return {key: statistics.fmean(v) for key, v in values.items()}
+    return {key: statistics.fmean(v) for key, v in baseline_accuracies(plan, root).items()}
 
 
 def curve_rows(plan: Plan, root: pathlib.Path) -> list[dict[str, Any]]:
