@@ -123,3 +123,40 @@ def test_a_gpt_without_biases_is_refused_in_one_line():
     from bertjax.models.gpt import gpt_config
     with pytest.raises(ValueError, match="use_bias=False has no transformers gpt2"):
         hf_gpt.hf_config(gpt_config("gpt2_tiny", use_bias=False))
+
+
+@pytest.mark.torch
+def test_tiny_gradients_match_transformers():
+    """Every parameter's gradient of the next-token loss equals transformers' (torch autograd
+    through GPT2LMHeadModel, whose output layer is the token table, tied as in bertjax): the
+    tied projection's own backward pass (layers/embeddings.py) included."""
+    import jax
+    import torch
+
+    from bertjax.objectives.xent import weighted_cross_entropy
+
+    model = _hf_model("gpt2", **TINY).train()
+    for module in model.modules():  # dropout off, gradients on
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    config = hf_gpt.config_from_hf(model.config.to_dict())
+    ids = np.random.default_rng(1).integers(0, config.vocab_size, (3, 12))
+    model(input_ids=torch.from_numpy(ids), labels=torch.from_numpy(ids)).loss.backward()
+    expected = hf_gpt.hf_to_bertjax(
+        {name: p.grad for name, p in model.named_parameters()}, config)
+
+    def loss(params):
+        logits = GptLM(config).apply({"params": params}, jnp.asarray(ids[:, :-1], jnp.int32))
+        xent, _ = weighted_cross_entropy(logits, jnp.asarray(ids[:, 1:]),
+                                         jnp.ones(ids[:, 1:].shape, jnp.float32))
+        return xent.total / xent.weight
+
+    params = hf_gpt.hf_to_bertjax(model.state_dict(), config)
+    got = jax.grad(loss)(params)
+    diffs = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
+                         got, expected)
+    scale = float(np.abs(np.asarray(expected["token_embeddings"]["embedding"])).max())
+    print(f"\nmax |gradient diff| {max(jax.tree.leaves(diffs)):.2e} (token table's largest "
+          f"gradient {scale:.2e})")
+    assert max(jax.tree.leaves(diffs)) <= 1e-6
+    assert scale > 1e-3  # the table's gradient is not zero: the comparison can fail
