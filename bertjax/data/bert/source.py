@@ -161,8 +161,9 @@ class BertPretrainingSource(Source):
         """The corpus of the store's ids (memory-mapped), in the static groups its document
         count gives, as `read_documents` splits a corpus read whole."""
         sizes = np.diff(group_bounds(store.num_documents, self.groups)).tolist()
-        self.corpus = Corpus.from_arrays(store.tokens, store.tokens_per_sentence,
-                                         store.sentences_per_document, sizes)
+        sentences_per_document, tokens_per_sentence = store.boundaries()
+        self.corpus = Corpus.from_arrays(store.tokens, tokens_per_sentence,
+                                         sentences_per_document, sizes)
         self._check_corpus()
 
     def _check_corpus(self) -> None:

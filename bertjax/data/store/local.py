@@ -22,37 +22,21 @@ import os
 
 import numpy as np
 
+from bertjax.data.store.shard import ShardIds
+
 # Integer indexing reads the span from the first to the last id of each run of ids that lie
 # within this many ids of each other: one read of a few KB of slack beats one read per id.
 GAP = 1024
 
 
-class LocalShard:
+class LocalShard(ShardIds):
     """One shard's ids on local disk as a read-only 1-D array: slices and integer-array
     indexing read only the ids asked for; `np.asarray` reads it whole."""
 
-    ndim = 1
+    def _span(self, start: int, stop: int) -> np.ndarray:
+        return self._read([(start, stop)])[0]
 
-    def __init__(self, path: str | os.PathLike, dtype: np.dtype, count: int) -> None:
-        self.path, self.dtype, self.size = os.fspath(path), np.dtype(dtype), count
-        self.shape = (count,)
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, key: slice | int | np.ndarray) -> np.ndarray:
-        if isinstance(key, slice):
-            start, stop, step = key.indices(self.size)
-            ids = self._read([(start, max(stop, start))])[0]
-            return ids[::step] if step != 1 else ids
-        positions = np.asarray(key)
-        if positions.ndim == 0:
-            return self[positions.reshape(1)][0]
-        positions = np.where(positions < 0, positions + self.size, positions)
-        if positions.size == 0:
-            return np.zeros(positions.shape, self.dtype)
-        if positions.min() < 0 or positions.max() >= self.size:
-            raise IndexError(f"{self.path}: an index is out of its {self.size} ids")
+    def _gather(self, positions: np.ndarray) -> np.ndarray:
         wanted = np.unique(positions)
         breaks = np.flatnonzero(np.diff(wanted) > GAP) + 1
         firsts = wanted[np.concatenate([[0], breaks])]

@@ -32,6 +32,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from bertjax import files
+from bertjax.data.store.shard import ShardIds
 
 BLOCK_BYTES = 64 * 1024
 CACHE_BYTES = 64 * 2**20
@@ -132,35 +133,16 @@ def prefetch(parts: list, positions: list[np.ndarray]) -> None:
         cache.get_many(wanted)
 
 
-class RangedShard:
+class RangedShard(ShardIds):
     """One shard's ids on object storage as a read-only 1-D array: slices and integer-array
     indexing read only the blocks that hold the ids asked for; `np.asarray` reads it whole."""
 
-    ndim = 1
-
     def __init__(self, path: str | os.PathLike, dtype: np.dtype, count: int,
                  cache: BlockCache) -> None:
-        self.path, self.dtype, self.size = os.fspath(path), np.dtype(dtype), count
-        self.shape = (count,)
+        super().__init__(path, dtype, count)
         self.cache = cache
 
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, key: slice | int | np.ndarray) -> np.ndarray:
-        if isinstance(key, slice):
-            start, stop, step = key.indices(self.size)
-            stop = max(stop, start)
-            ids = self._span(start, stop)
-            return ids[::step] if step != 1 else ids
-        positions = np.asarray(key)
-        if positions.ndim == 0:
-            return self[positions.reshape(1)][0]
-        positions = np.where(positions < 0, positions + self.size, positions)
-        if positions.size == 0:
-            return np.zeros(positions.shape, self.dtype)
-        if positions.min() < 0 or positions.max() >= self.size:
-            raise IndexError(f"{self.path}: an index is out of its {self.size} ids")
+    def _gather(self, positions: np.ndarray) -> np.ndarray:
         item, block_bytes = self.dtype.itemsize, self.cache.block_bytes
         per_block = block_bytes // item  # an id never straddles two blocks
         blocks, inverse = np.unique(positions // per_block, return_inverse=True)

@@ -197,22 +197,34 @@ class TokenStore:
     def sentences_per_document(self) -> np.ndarray:
         """int64 [D]: every document's sentence count, over all shards (read from the index
         files when first asked for: a family that needs no boundaries, GPT, never reads them)."""
-        return self._over_shards(0, self.manifest.counts()["documents"])
+        return self._over_shards((0,), (self.manifest.counts()["documents"],))[0]
 
     @functools.cached_property
     def tokens_per_sentence(self) -> np.ndarray:
         """int64 [S]: every sentence's token count, over all shards (see above)."""
-        return self._over_shards(1, self.manifest.counts()["sentences"])
+        return self._over_shards((1,), (self.manifest.counts()["sentences"],))[0]
 
-    def _over_shards(self, part: int, total: int) -> np.ndarray:
-        """np.diff of index part `part` (0: documents, 1: sentences) of every shard, in one
-        array of `total`, reading one shard's index at a time."""
-        out, at = np.empty(total, np.int64), 0
+    def boundaries(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sentences_per_document, tokens_per_sentence) from one pass over the index files,
+        for a family that needs both (BERT): each file is read once, not once per array."""
+        counts = self.manifest.counts()
+        documents, sentences = self._over_shards(
+            (0, 1), (counts["documents"], counts["sentences"]))
+        return documents, sentences
+
+    def _over_shards(self, parts: tuple[int, ...], totals: tuple[int, ...]
+                     ) -> tuple[np.ndarray, ...]:
+        """For each index part (0: documents, 1: sentences), np.diff of that part of every
+        shard in one int64 array of its total, reading one shard's index at a time."""
+        outs = [np.empty(total, np.int64) for total in totals]
+        at = [0] * len(parts)
         for number in range(len(self.manifest.shards)):
-            counts = np.diff(self._index(number)[part])
-            out[at:at + counts.size] = counts
-            at += counts.size
-        return out
+            index = self._index(number)
+            for k, part in enumerate(parts):
+                counts = np.diff(index[part])
+                outs[k][at[k]:at[k] + counts.size] = counts
+                at[k] += counts.size
+        return tuple(outs)
 
     def sentences(self) -> list[np.ndarray]:
         """Every sentence's ids, each its own array (each shard read whole, once)."""

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from bertjax import files
@@ -40,6 +41,10 @@ def test_a_store_holds_the_ids_in_shards_with_a_manifest(wiki_slice, learned_voc
     assert store.tokens.size == counts["tokens"] == sum(s.tokens for s in manifest.shards)
     assert store.num_documents == counts["documents"]
     assert store.tokens_per_sentence.sum() == counts["tokens"]
+    assert store.sentences_per_document.sum() == counts["sentences"]
+    documents, sentences = open_store(tmp_path / "store").boundaries()  # one pass, both
+    np.testing.assert_array_equal(documents, store.sentences_per_document)
+    np.testing.assert_array_equal(sentences, store.tokens_per_sentence)
     assert isinstance(store.shard_tokens[0], LocalShard)
     assert manifest.tokenizer_digest == vocabulary_digest(
         {"vocab": learned_vocab("bert") / "vocab.txt"})
