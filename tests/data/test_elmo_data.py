@@ -6,7 +6,6 @@ import itertools
 import numpy as np
 import pytest
 
-import bertjax.data.elmo.examples as examples_lib
 from bertjax.data.elmo.examples import (
     DataError,
     EpochStream,
@@ -88,23 +87,22 @@ def test_sentence_examples(vocab):
         assert (ex["char_ids"][n:] == 0).all() and (ex["char_ids"][:n] > 0).all()
     np.testing.assert_array_equal(first[0]["char_ids"][0], word_char_ids(BOS, 10))
     # every piece once per epoch
-    assert sorted(int(e["lengths"]) for e in first[:7]) == sorted((pieces.lengths + 2).tolist())
+    lengths = pieces.locate(np.arange(len(pieces)))[1]
+    assert sorted(int(e["lengths"]) for e in first[:7]) == sorted((lengths + 2).tolist())
+    # and the next epoch again, in another order
+    assert sorted(int(e["lengths"]) for e in first[7:14]) == sorted((lengths + 2).tolist())
     # two hosts: disjoint, interleaved shares of the same global order
     host1 = list(itertools.islice(iterate_sentences(corpus, T, 1, 0, 1, 2), 5))
     for k, ex in enumerate(host1):
         np.testing.assert_array_equal(ex["token_ids"], first[2 * k + 1]["token_ids"])
 
 
-def test_pieces_are_cut_the_same_a_block_at_a_time(vocab, monkeypatch):
+def test_pieces_cut_each_sentence_a_few_words_at_a_time(vocab):
     corpus = encode_corpus(SENTENCES * 3, vocab, 10)
-    whole = sentence_pieces(corpus, 5)
-    monkeypatch.setattr(examples_lib, "PIECE_BLOCK", 2)
-    blocked = sentence_pieces(corpus, 5)
-    np.testing.assert_array_equal(whole.starts, blocked.starts)
-    np.testing.assert_array_equal(whole.lengths, blocked.lengths)
+    pieces = sentence_pieces(corpus, 5)
+    starts, lengths = pieces.locate(np.arange(len(pieces)))
     # each piece is 3 words at a time of a sentence between its <S> and </S>
-    words = [corpus.tokens[a:a + n].tolist() for a, n in zip(whole.starts, whole.lengths,
-                                                              strict=True)]
+    words = [corpus.tokens[a:a + n].tolist() for a, n in zip(starts, lengths, strict=True)]
     expected = []
     for a, b in itertools.pairwise(corpus.sentence_starts.tolist()):
         body = corpus.tokens[a + 1:b - 1].tolist()

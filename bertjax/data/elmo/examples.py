@@ -5,7 +5,8 @@
 
 Sentence mode (deterministic): global example i is piece perm_e[i mod N] of epoch e = i // N,
 where pieces are sentences cut to at most T - 2 words, each inside <S> ... </S> and padded to
-T; perm_e is a seeded permutation. Host p of P takes the examples i with i mod P == p.
+T; perm_e is the seeded permutation of data/index_shuffle.py, evaluated one block of examples
+at a time. Host p of P takes the examples i with i mod P == p.
 
 Stream mode (truncated BPTT, as bilm-tf trained): each epoch concatenates the sentences in a
 seeded order into one stream, cut into G rows (G = the global batch size). Global example i is
@@ -17,8 +18,9 @@ step leaves for row r is the right start for row r's next window. Host p of P ta
 Both are pure functions of (seed, global example index): a resume starts at any index.
 
 Nothing is copied whole: the corpus is one flat array of type ids (a token store's stay on
-disk) with each sentence's start, pieces are (start, length) pairs, and an epoch's stream is
-the shuffled sentences' cumulative lengths, so an example reads only its own ids.
+disk) with each sentence's start, a piece is found from the sentences' cumulative piece
+counts, and an epoch's stream is the shuffled sentences' cumulative lengths, so an example
+reads only its own ids.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Protocol
 
 import numpy as np
 
+from bertjax.data.index_shuffle import shuffled_index
 from bertjax.data.source import DataError
 from bertjax.tokenizers.elmo_vocab import BOS, EOS, ElmoVocabulary, word_char_ids
 
@@ -112,81 +115,83 @@ def typed_corpus(types: Sequence[str], tokens: FlatIds, sentence_lengths: np.nda
 
 @dataclasses.dataclass(frozen=True)
 class SentencePieces:
-    """Sentences cut to at most seq_length - 2 words: piece p is the words
-    tokens[starts[p]:starts[p] + lengths[p]], to be put inside <S> ... </S>."""
+    """Sentences cut to at most `words` words, in order, each piece to be put inside
+    <S> ... </S>. No table of pieces is made: piece p is found from each sentence's
+    cumulative piece count, so cutting costs one vectorized pass over the sentence starts."""
 
-    starts: np.ndarray  # [P] int64: where the piece's first word lies in corpus.tokens
-    lengths: np.ndarray  # [P] int32: its words (1 .. seq_length - 2)
+    sentence_starts: np.ndarray  # [S + 1] int64: the corpus's
+    ends: np.ndarray  # [S] int64: pieces of sentences 0 .. s
+    words: int
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return int(self.ends[-1]) if self.ends.size else 0
+
+    def locate(self, pieces: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(where each piece's first word lies in corpus.tokens, its words) of piece ids."""
+        pieces = np.asarray(pieces, np.int64)
+        sentence = np.searchsorted(self.ends, pieces, side="right")
+        before = np.where(sentence > 0, self.ends[sentence - 1], 0)  # earlier sentences' pieces
+        offset = (pieces - before) * self.words
+        start = self.sentence_starts[sentence]
+        body = self.sentence_starts[sentence + 1] - start - 2  # words between <S> and </S>
+        return start + 1 + offset, np.minimum(self.words, body - offset)
 
 
 def sentence_pieces(corpus: EncodedCorpus, seq_length: int) -> SentencePieces:
-    """Sentences cut to at most seq_length - 2 words, in order: computed a block of sentences
-    at a time, so that nothing but the result grows with the corpus."""
+    """Sentences cut to at most seq_length - 2 words, in order."""
     words = seq_length - 2
     if words < 1:
         raise DataError(f"sequence length {seq_length} leaves no room for words between <S> and "
                         "</S>: set train.seq_phases lengths >= 3")
-    blocks = [corpus.sentence_starts[lo:lo + PIECE_BLOCK + 1]
-              for lo in range(0, corpus.num_sentences, PIECE_BLOCK)]
-    total = sum(int(_piece_counts(b, words).sum()) for b in blocks)
-    starts, lengths = np.empty(total, np.int64), np.empty(total, np.int32)
-    done = 0
-    for block in blocks:
-        body = np.diff(block) - 2  # words between <S> and </S>
-        counts = _piece_counts(block, words)
-        sentence = np.repeat(np.arange(len(body)), counts)
-        offset = (np.arange(len(sentence)) - (np.cumsum(counts) - counts)[sentence]) * words
-        stop = done + len(sentence)
-        starts[done:stop] = block[sentence] + 1 + offset
-        lengths[done:stop] = np.minimum(words, body[sentence] - offset)
-        done = stop
-    return SentencePieces(starts, lengths)
+    counts = -(-(np.diff(corpus.sentence_starts) - 2) // words)
+    return SentencePieces(corpus.sentence_starts, np.cumsum(counts), words)
 
 
-PIECE_BLOCK = 1 << 16  # sentences cut at once: bounds the arrays cutting needs on the way
-
-
-def _piece_counts(block_starts: np.ndarray, words: int) -> np.ndarray:
-    """Pieces of at most `words` words of each sentence whose starts (and end) are given."""
-    return -(-(np.diff(block_starts) - 2) // words)
+ORDER_BLOCK = 256  # examples whose place in the epoch's order is computed at once
 
 
 def iterate_sentences(
     corpus: EncodedCorpus, seq_length: int, seed: int, start_index: int,
     process_index: int = 0, process_count: int = 1, chars: bool = True,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Sentence-mode examples (see the module docstring), endless."""
+    """Sentence-mode examples (see the module docstring), endless. Epoch e's order is the
+    seeded permutation `shuffled_index(., n, (seed, e))`, evaluated for a block of examples
+    at a time: nothing the size of the corpus is drawn before the first example."""
     pieces = sentence_pieces(corpus, seq_length)
     n = len(pieces)
     if n == 0:
         raise DataError("the corpus has no sentences: point elmo_source.corpus at text")
     i = start_index + (process_index - start_index) % process_count
-    epoch, order = -1, None
     while True:
-        if i // n != epoch:
-            epoch = i // n
-            order = np.random.default_rng([seed, epoch]).permutation(n)
-        assert order is not None  # set in the first pass: epoch starts at -1
-        p = order[i % n]
-        start, words = int(pieces.starts[p]), int(pieces.lengths[p])
-        length = words + 2
-        types = np.zeros(seq_length, np.int32)
-        types[0], types[length - 1] = BOS_TYPE, EOS_TYPE
-        types[1:length - 1] = corpus.tokens[start:start + words]
-        example = {
-            "token_ids": np.where(np.arange(seq_length) < length,
-                                  corpus.type_word_ids[types], 0).astype(np.int32),
-            "lengths": np.int32(length),
-        }
-        if chars:
-            char_ids = corpus.type_char_ids[types].astype(np.int32)
-            char_ids[length:] = 0  # padded tokens
-            example["char_ids"] = char_ids
-        yield example
-        i += process_count
+        indices = i + process_count * np.arange(ORDER_BLOCK, dtype=np.int64)
+        order = np.empty(ORDER_BLOCK, np.int64)
+        for epoch in np.unique(indices // n).tolist():
+            here = indices // n == epoch
+            order[here] = shuffled_index(indices[here] % n, n, (seed, epoch))
+        starts, lengths = pieces.locate(order)
+        for start, words in zip(starts.tolist(), lengths.tolist(), strict=True):
+            yield sentence_example(corpus, start, words, seq_length, chars)
+        i += process_count * ORDER_BLOCK
+
+
+def sentence_example(corpus: EncodedCorpus, start: int, words: int, seq_length: int,
+                     chars: bool) -> dict[str, np.ndarray]:
+    """The example of the piece of `words` words at corpus.tokens[start:]: <S> piece </S>,
+    padded to seq_length."""
+    length = words + 2
+    types = np.zeros(seq_length, np.int32)
+    types[0], types[length - 1] = BOS_TYPE, EOS_TYPE
+    types[1:length - 1] = corpus.tokens[start:start + words]
+    example = {
+        "token_ids": np.where(np.arange(seq_length) < length,
+                              corpus.type_word_ids[types], 0).astype(np.int32),
+        "lengths": np.int32(length),
+    }
+    if chars:
+        char_ids = corpus.type_char_ids[types].astype(np.int32)
+        char_ids[length:] = 0  # padded tokens
+        example["char_ids"] = char_ids
+    return example
 
 
 class EpochStream:
