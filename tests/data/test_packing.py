@@ -72,8 +72,9 @@ def test_pack_lengths_places_every_item_once_within_the_limits():
 
 
 def test_a_packed_epoch_holds_the_unpacked_epoch_instance_by_instance():
-    """Epoch 0 of the packed stream is epoch 0 of the unpacked stream, every instance with
-    the same tokens, segments, masked targets and NSP label, placed whole in one row."""
+    """Window 0 of the packed stream (here the whole first epoch) is window 0 of the unpacked
+    stream, every instance with the same tokens, segments, masked targets and NSP label,
+    placed whole in one row."""
     documents, special = synthetic_corpus()
     corpus = Corpus(documents)
     packed = make_stream(corpus, special, CONFIG, seed=0)
@@ -81,7 +82,7 @@ def test_a_packed_epoch_holds_the_unpacked_epoch_instance_by_instance():
                            seed=0)
     assert isinstance(packed, PackedStream) and type(unpacked) is DynamicStream
     members = packed.rows(0)
-    n_rows, n_instances = len(members), len(unpacked.epoch(0).doc)
+    n_rows, n_instances = len(members), len(unpacked.window(0).doc)
     assert n_rows < n_instances and (members >= 0).sum() == n_instances
     rows = packed.examples(np.arange(n_rows))
     instances = unpacked.examples(np.arange(n_instances))
@@ -107,7 +108,7 @@ def test_packed_rows_are_a_function_of_their_index():
     documents, special = synthetic_corpus()
     stream = make_stream(Corpus(documents), special, CONFIG, seed=0)
     first = stream.examples(np.arange(1200))  # past epoch 0's end
-    assert stream.epoch_size(0) < 1200
+    assert stream.window_size(0) < 1200
     fresh = make_stream(Corpus(documents), special, CONFIG, seed=0)
     later = next(iterate_blocks(fresh, start_index=333, block_size=50))
     for key, value in later.items():

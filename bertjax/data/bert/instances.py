@@ -5,9 +5,10 @@ seed and its global index: a stream's `examples(indices)` builds any set of exam
 (pairs packed and masked for the whole block in a few numpy calls), so resuming at index N or
 reading one host's share costs nothing for the examples skipped.
 
-- dynamic masking (default, as RoBERTa): an endless stream of epochs. Epoch e plans sentence
-  pairs over all documents with rng (seed, e) and shuffles the epoch's instances with it;
-  global example i is masked with the counter-based bits of (seed, i).
+- dynamic masking (default, as RoBERTa): an endless stream of epochs. Epoch e visits the
+  documents in a seeded order, a window of DOCUMENTS_PER_WINDOW documents at a time; each
+  window's sentence pairs are planned with rng (seed, e, w) and shuffled with it
+  (`DynamicStream`); global example i is masked with the counter-based bits of (seed, i).
 - static masking (google-research/bert's create_pretraining_data.py): `dupe_factor` passes
   over the documents create a fixed table of instances, each with a fixed mask. The corpus
   is split into `static_groups` contiguous groups of documents, each paired within itself as
@@ -19,9 +20,9 @@ reading one host's share costs nothing for the examples skipped.
 - no masking (`masking='none'`): the dynamic stream with the inputs left as they are and no
   masked-LM targets (weights 0), for objectives that predict every token
   (`bert_ltr_pretraining`, the left-to-right ablation).
-- packed rows (`packed_sequences=K`, dynamic masking): each epoch's shuffled instances are
+- packed rows (`packed_sequences=K`, dynamic masking): each window's shuffled instances are
   packed into rows of up to K (packing.py); global example i is then row i of the packed
-  epochs, and each instance in it is masked exactly as the unpacked stream masks it (with the
+  windows, and each instance in it is masked exactly as the unpacked stream masks it (with the
   bits of its unpacked index), so packing changes the layout of a step, never an instance.
 
 Multi-host: process p of P yields the global examples i with (i // block_size) % P == p, so
@@ -42,6 +43,7 @@ import numpy as np
 from bertjax.data.bert.masking import MaskedTokens, SpecialIds, mask_block
 from bertjax.data.bert.nsp import Corpus, Instances, check_corpus, pack, plan_instances
 from bertjax.data.bert.packing import instance_lengths, pack_examples
+from bertjax.data.index_shuffle import shuffled_index
 from bertjax.data.packing import most_per_row, pack_lengths
 from bertjax.objectives.mlm import packed_predictions
 
@@ -202,107 +204,135 @@ class Stream(Protocol):
         """The examples at these increasing global indices, as one block."""
 
 
-class DynamicStream:
-    """Dynamic masking: endless epochs of freshly paired, shuffled instances.
+DOCUMENTS_PER_WINDOW = 1 << 14  # documents planned at once: the unit of dynamic planning
 
-    The next epoch is planned in a background thread while this one is served.
+
+class DynamicStream:
+    """Dynamic masking: endless epochs of freshly paired, shuffled instances, planned one
+    window of documents at a time.
+
+    Epoch e visits the documents in the order of the seeded permutation
+    `shuffled_index(., D, (seed, e))` (data/index_shuffle.py), cut into windows of
+    DOCUMENTS_PER_WINDOW documents. A window's documents are paired with rng (seed, e, w)
+    (random next segments from the whole corpus) and its instances shuffled with it. Windows
+    are numbered across epochs (window k is window k mod K of epoch k // K, K windows an
+    epoch) and the global examples run through them in order. Only the windows read are
+    planned, the next one in a background thread while this one is served, so a start costs
+    one window whatever the corpus's size, and memory holds a few windows' tables, not an
+    epoch's.
     """
 
     def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
                  seed: int, is_continuation: np.ndarray | None = None) -> None:
         self.corpus, self.special, self.config, self.seed = corpus, special, config, seed
         self.is_continuation = is_continuation
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="plan-epoch")
-        # the epoch served and the next, planned ahead: a block spanning an epoch boundary
-        # reads both before asking for the one after (any other epoch is planned again)
-        self._epochs = _Lru(2, lambda epoch: self._pool.submit(self._plan_epoch, epoch))
-        self._starts = [0]  # global index of the first example of epochs 0, 1, ...
+        self.windows_per_epoch = -(-corpus.num_documents // DOCUMENTS_PER_WINDOW)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="plan-window")
+        # the windows served and the next, planned ahead: a block of examples may span the
+        # last windows of an epoch (a few documents each) before it asks for the one after
+        self._windows = _Lru(4, lambda window: self._pool.submit(self._plan_window, window))
+        self._starts = [0]  # global index of the first example of windows 0, 1, ...
 
-    def _plan_epoch(self, epoch: int) -> Instances:
-        rng = _rng(self.seed, _EPOCH, epoch)
-        fields = list(_plan(self.corpus, self.config, rng))
-        if len(fields[0]) == 0:
-            raise ValueError("the corpus gives no pretraining instances: check the input files")
+    def window_documents(self, window: int) -> np.ndarray:
+        """The documents of window `window`, in the order they are planned."""
+        epoch, w = divmod(window, self.windows_per_epoch)
+        D = self.corpus.num_documents
+        first = w * DOCUMENTS_PER_WINDOW
+        places = np.arange(first, min(first + DOCUMENTS_PER_WINDOW, D), dtype=np.int64)
+        return shuffled_index(places, D, (self.seed, _EPOCH, epoch))
+
+    def _plan_window(self, window: int) -> Instances:
+        epoch, w = divmod(window, self.windows_per_epoch)
+        rng = _rng(self.seed, _EPOCH, epoch, w)
+        fields = list(plan_instances(
+            self.corpus, rng, max_seq_length=self.config.max_seq_length,
+            short_seq_prob=self.config.short_seq_prob, nsp=self.config.nsp,
+            sources=self.window_documents(window)))
         return Instances.permuted(fields, rng.permutation(len(fields[0])))
 
-    def epoch(self, epoch: int) -> Instances:
-        """The instances of epoch `epoch`, in the order they are served."""
-        return self._epochs.get_value(epoch).result()
+    def window(self, window: int) -> Instances:
+        """The instances of window `window`, in the order they are served."""
+        return self._windows.get_value(window).result()
 
-    def epoch_size(self, epoch: int) -> int:
-        """Examples served in epoch `epoch`."""
-        return len(self.epoch(epoch).doc)
+    def window_size(self, window: int) -> int:
+        """Examples served from window `window` (0 where its documents give none)."""
+        return len(self.window(window).doc)
 
-    def epoch_of(self, indices: np.ndarray) -> np.ndarray:
-        """Epoch of each global index (planning the epochs before it, to count them)."""
+    def window_of(self, indices: np.ndarray) -> np.ndarray:
+        """Window of each global index (planning the windows before it, to count them)."""
+        K = self.windows_per_epoch
         while self._starts[-1] <= indices.max(initial=0):
-            epoch = len(self._starts) - 1
-            self._starts.append(self._starts[-1] + self.epoch_size(epoch))
+            window = len(self._starts) - 1
+            self._starts.append(self._starts[-1] + self.window_size(window))
+            if window % K == K - 1 and self._starts[-1] == self._starts[window + 1 - K]:
+                raise ValueError("the corpus gives no pretraining instances: check the input "
+                                 "files")  # a whole epoch's windows are empty
         return np.searchsorted(self._starts, indices, side="right") - 1
 
     def examples(self, indices: np.ndarray) -> Example:
         indices = np.asarray(indices, np.int64)
-        parts, epochs = [], self.epoch_of(indices)
-        for epoch, where in _runs(epochs):
-            rows = indices[where] - self._starts[epoch]
+        parts, windows = [], self.window_of(indices)
+        for window, where in _runs(windows):
+            rows = indices[where] - self._starts[window]
             parts.append((where, make_examples(
-                self.corpus, self.epoch(int(epoch)).take(rows), self.special, self.config,
+                self.corpus, self.window(int(window)).take(rows), self.special, self.config,
                 (self.seed, _MASK, indices[where]), self.is_continuation)))
-        self._epochs.get_value(int(epochs[-1]) + 1)  # plan the next epoch meanwhile
+        self._windows.get_value(int(windows[-1]) + 1)  # plan the next window meanwhile
         return assemble(parts, len(indices))
 
 
 class PackedStream(DynamicStream):
-    """Dynamic masking in packed rows: epoch e's instances (the unpacked stream's epoch e)
-    packed into rows of up to K, the rows shuffled with rng (seed, e) (packing.py).
+    """Dynamic masking in packed rows: window k's instances (the unpacked stream's window k)
+    packed into rows of up to K, the rows shuffled with rng (seed, e, w) (packing.py).
 
-    Global example i is row i of the packed epochs. Each instance is built and masked as the
+    Global example i is row i of the packed windows. Each instance is built and masked as the
     unpacked stream builds it (the bits of its unpacked global index), then placed in its row.
     """
 
     def __init__(self, corpus: Corpus, special: SpecialIds, config: PretrainingConfig,
                  seed: int, is_continuation: np.ndarray | None = None) -> None:
         super().__init__(corpus, special, config, seed, is_continuation)
-        self._instance_starts = [0]  # unpacked global index of each epoch's first instance
+        self._instance_starts = [0]  # unpacked global index of each window's first instance
 
-    def _plan_epoch(self, epoch: int) -> tuple[Instances, np.ndarray]:
-        """(the unpacked epoch's instances, its packed rows), planned in the background."""
-        instances = super()._plan_epoch(epoch)
+    def _plan_window(self, window: int) -> tuple[Instances, np.ndarray]:
+        """(the unpacked window's instances, its packed rows), planned in the background."""
+        instances = super()._plan_window(window)
+        epoch, w = divmod(window, self.windows_per_epoch)
         rows = pack_lengths(instance_lengths(instances), self.config.max_seq_length,
-                            self.config.packed_sequences, _rng(self.seed, _PACK, epoch))
+                            self.config.packed_sequences, _rng(self.seed, _PACK, epoch, w))
         return instances, rows
 
-    def epoch(self, epoch: int) -> Instances:
-        return self._epochs.get_value(epoch).result()[0]
+    def window(self, window: int) -> Instances:
+        return self._windows.get_value(window).result()[0]
 
-    def rows(self, epoch: int) -> np.ndarray:
-        """int64 [R, K]: the instances (rows of `epoch(epoch)`) of each packed row, -1 none."""
-        return self._epochs.get_value(epoch).result()[1]
+    def rows(self, window: int) -> np.ndarray:
+        """int64 [R, K]: the instances (rows of `window(window)`) of each packed row, -1 none."""
+        return self._windows.get_value(window).result()[1]
 
-    def epoch_size(self, epoch: int) -> int:
-        return len(self.rows(epoch))
+    def window_size(self, window: int) -> int:
+        return len(self.rows(window))
 
-    def instance_start(self, epoch: int) -> int:
-        """The unpacked global index of epoch `epoch`'s first instance."""
-        while len(self._instance_starts) <= epoch:
+    def instance_start(self, window: int) -> int:
+        """The unpacked global index of window `window`'s first instance."""
+        while len(self._instance_starts) <= window:
             done = len(self._instance_starts) - 1
-            self._instance_starts.append(self._instance_starts[-1] + len(self.epoch(done).doc))
-        return self._instance_starts[epoch]
+            self._instance_starts.append(self._instance_starts[-1] + len(self.window(done).doc))
+        return self._instance_starts[window]
 
     def examples(self, indices: np.ndarray) -> Example:
         indices = np.asarray(indices, np.int64)
-        parts, epochs = [], self.epoch_of(indices)
-        for epoch, where in _runs(epochs):
-            members = self.rows(int(epoch))[indices[where] - self._starts[epoch]]  # [n, K]
-            used = members[members >= 0]  # instance rows of the epoch, in slot order
-            first = self.instance_start(int(epoch))
-            unpacked = make_examples(self.corpus, self.epoch(int(epoch)).take(used),
+        parts, windows = [], self.window_of(indices)
+        for window, where in _runs(windows):
+            members = self.rows(int(window))[indices[where] - self._starts[window]]  # [n, K]
+            used = members[members >= 0]  # instance rows of the window, in slot order
+            first = self.instance_start(int(window))
+            unpacked = make_examples(self.corpus, self.window(int(window)).take(used),
                                      self.special, self.config,
                                      (self.seed, _MASK, first + used), self.is_continuation)
             local = np.full(members.shape, -1, np.int64)
             local[members >= 0] = np.arange(used.size)
             parts.append((where, pack_examples(unpacked, local, self.config.row_predictions)))
-        self._epochs.get_value(int(epochs[-1]) + 1)  # plan the next epoch meanwhile
+        self._windows.get_value(int(windows[-1]) + 1)  # plan the next window meanwhile
         return assemble(parts, len(indices))
 
 

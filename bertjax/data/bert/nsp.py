@@ -219,10 +219,13 @@ def plan_instances(
     short_seq_prob: float = 0.1,
     nsp: bool = True,
     documents: tuple[int, int] | None = None,
+    sources: np.ndarray | None = None,
 ) -> Instances:
     """All instances of the documents [first, stop) (default all), document after document.
 
-    Random next segments come from the other documents of the same range.
+    `sources` (document ids within the range, in any order) plans those documents only, in
+    that order: a window of a shuffled epoch. Random next segments come from the range's
+    other documents either way.
     """
     if max_seq_length < (5 if nsp else 3):
         raise ValueError(
@@ -233,8 +236,8 @@ def plan_instances(
     max_tokens = max_seq_length - (3 if nsp else 2)
     starts, doc_sentences = corpus.sentence_starts, corpus.doc_sentences
     sentences = np.diff(doc_sentences)  # [D]
-    doc = np.arange(lo, hi)
-    doc = doc[sentences[lo:hi] >= (2 if nsp else 1)]  # sources of segment A
+    doc = np.arange(lo, hi) if sources is None else np.asarray(sources, np.int64)
+    doc = doc[sentences[doc] >= (2 if nsp else 1)]  # sources of segment A
     if nsp and hi - lo < 2:
         doc = doc[:0]
     i, stop = doc_sentences[doc], doc_sentences[doc + 1]  # each document's cursor and end
