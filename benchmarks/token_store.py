@@ -13,7 +13,9 @@ never copied into the repository) and family, this script
    process's start (Python, imports) to its first batch of `seq 128 x batch 32` through the
    source's tf.data pipeline (the first step's batch), the seconds of `prepare` plus that
    batch alone, and the process's peak resident memory above what it held once its imports
-   were done (Linux: VmHWM, reset through /proc/self/clear_refs);
+   were done (Linux: VmHWM, reset through /proc/self/clear_refs). The builds' written
+   pages are flushed first (os.sync): a 1 GB build leaves about a GB of dirty pages whose
+   writeback, in the kernel's threads, would otherwise compete with the starts that follow;
 3. at the largest size, kills a build (`bertjax-prepare`, kill -9) once half of its shards are
    listed, reruns it to the end, and compares the store byte for byte with the uninterrupted
    build (the seconds of the resumed run too).
@@ -89,7 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--text_up_to", type=float, default=100.0,
                    help="start on the text too up to this size in MB (at 1 GB a start on the "
                         "text takes some 12 minutes and 5 GB)")
-    p.add_argument("--starts", type=int, default=3,
+    p.add_argument("--starts", type=int, default=5,
                    help="fresh-process starts on each store; the median is reported")
     p.add_argument("--no_resume", action="store_true", help="skip the kill-and-resume build")
     p.add_argument("--quick", action="store_true", help="seconds: 0.5 MB, BERT, 1 worker")
@@ -244,6 +246,10 @@ def main(argv=None) -> int:
                 out, builds = build_all(family, corpus, vocabs[family], root, args,
                                         f"{family}-{size:g}")
                 last = builds[-1]
+                for path in root.glob(f"store-{family}-{size:g}-w*"):
+                    if path != out:
+                        shutil.rmtree(path, ignore_errors=True)  # only `out` is started on
+                os.sync()  # the builds' writeback is theirs, not the starts' (see the docstring)
                 store = median_start(family, f"store:{out}", "", root / "run-store",
                                      args.starts)
                 row = {"family": family, "size_mb": size, "mb": megabytes, **last,
