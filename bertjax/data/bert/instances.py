@@ -132,10 +132,11 @@ def _rng(seed: int, *counters: int) -> np.random.Generator:
 
 
 def _plan(corpus: Corpus, config: PretrainingConfig, rng: np.random.Generator,
-          documents: tuple[int, int] | None = None) -> Instances:
+          documents: tuple[int, int] | None = None,
+          sources: np.ndarray | None = None) -> Instances:
     return plan_instances(corpus, rng, max_seq_length=config.max_seq_length,
                           short_seq_prob=config.short_seq_prob, nsp=config.nsp,
-                          documents=documents)
+                          documents=documents, sources=sources)
 
 
 def make_examples(corpus: Corpus, instances: Instances, special: SpecialIds,
@@ -244,10 +245,8 @@ class DynamicStream:
     def _plan_window(self, window: int) -> Instances:
         epoch, w = divmod(window, self.windows_per_epoch)
         rng = _rng(self.seed, _EPOCH, epoch, w)
-        fields = list(plan_instances(
-            self.corpus, rng, max_seq_length=self.config.max_seq_length,
-            short_seq_prob=self.config.short_seq_prob, nsp=self.config.nsp,
-            sources=self.window_documents(window)))
+        fields = list(_plan(self.corpus, self.config, rng,
+                            sources=self.window_documents(window)))
         return Instances.permuted(fields, rng.permutation(len(fields[0])))
 
     def window(self, window: int) -> Instances:

@@ -193,38 +193,36 @@ class TokenStore:
         """Every id of the store, in order, as one int32 array (read lazily)."""
         return TokenArray(self.shard_tokens)
 
-    @functools.cached_property
+    @property
     def sentences_per_document(self) -> np.ndarray:
         """int64 [D]: every document's sentence count, over all shards (read from the index
         files when first asked for: a family that needs no boundaries, GPT, never reads them)."""
-        return self._over_shards((0,), (self.manifest.counts()["documents"],))[0]
+        return self.boundaries()[0]
 
-    @functools.cached_property
+    @property
     def tokens_per_sentence(self) -> np.ndarray:
         """int64 [S]: every sentence's token count, over all shards (see above)."""
-        return self._over_shards((1,), (self.manifest.counts()["sentences"],))[0]
+        return self.boundaries()[1]
 
     def boundaries(self) -> tuple[np.ndarray, np.ndarray]:
-        """(sentences_per_document, tokens_per_sentence) from one pass over the index files,
-        for a family that needs both (BERT): each file is read once, not once per array."""
-        counts = self.manifest.counts()
-        documents, sentences = self._over_shards(
-            (0, 1), (counts["documents"], counts["sentences"]))
-        return documents, sentences
+        """(sentences_per_document, tokens_per_sentence), both from one pass over the index
+        files (each read whole, holding both), made when first asked for and kept."""
+        return self._boundaries
 
-    def _over_shards(self, parts: tuple[int, ...], totals: tuple[int, ...]
-                     ) -> tuple[np.ndarray, ...]:
-        """For each index part (0: documents, 1: sentences), np.diff of that part of every
-        shard in one int64 array of its total, reading one shard's index at a time."""
-        outs = [np.empty(total, np.int64) for total in totals]
-        at = [0] * len(parts)
+    @functools.cached_property
+    def _boundaries(self) -> tuple[np.ndarray, np.ndarray]:
+        counts = self.manifest.counts()
+        documents = np.empty(counts["documents"], np.int64)
+        sentences = np.empty(counts["sentences"], np.int64)
+        at_document = at_sentence = 0
         for number in range(len(self.manifest.shards)):
-            index = self._index(number)
-            for k, part in enumerate(parts):
-                counts = np.diff(index[part])
-                outs[k][at[k]:at[k] + counts.size] = counts
-                at[k] += counts.size
-        return tuple(outs)
+            doc_sentences, sentence_tokens = self._index(number)
+            per_document, per_sentence = np.diff(doc_sentences), np.diff(sentence_tokens)
+            documents[at_document:at_document + per_document.size] = per_document
+            sentences[at_sentence:at_sentence + per_sentence.size] = per_sentence
+            at_document += per_document.size
+            at_sentence += per_sentence.size
+        return documents, sentences
 
     def sentences(self) -> list[np.ndarray]:
         """Every sentence's ids, each its own array (each shard read whole, once)."""
