@@ -20,7 +20,8 @@ short run must not miss come first):
               (attention_impl "dot_product"), on the XLA path, and the rbg / unsafe_rbg
               generators for the other dropout sites.
   gpt2        GPT-2 124M, seq 1024: defaults, the vocabulary padded to 64, the loss through
-              float32 logits, every lever back.
+              float32 logits, the head and loss in sequence slices of 4096 rows
+              (objectives/head_xent.py), every lever back.
   flags       BERT-large defaults under each candidate XLA GPU flag (FLAGS), alone.
 
     PYTHONPATH=. python benchmarks/accelerator_levers.py --batches=device_batches --out=OUT
@@ -49,7 +50,7 @@ import accelerator_step as accel  # noqa: E402  (the rows' configs, weights, FLO
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULTS = dict(fused_qkv=True, gather_free_embeddings=True, pad_vocab_to=1, fused_loss=True,
                 skip_by_cond=True, check_new_params=False, dropout_rng="threefry",
-                attention_dropout=0.0, attention_impl="dot_product")
+                attention_dropout=0.0, attention_impl="dot_product", loss_rows=0)
 LEVERS = {  # name: what turns the lever back to the step before it (or, padding, on)
     "guard on new params": dict(check_new_params=True),
     "guard by select": dict(skip_by_cond=False),
@@ -151,7 +152,8 @@ def setup(spec: dict, args) -> dict:
         batch = (accel.bert_batch if r.family == "bert" else accel.gpt_batch)(
             B, L, cfg.vocab_size, args.seed)
         objective = (bert_pretraining(cfg, fused_loss=levers["fused_loss"]) if r.family == "bert"
-                     else gpt_pretraining(cfg, fused_loss=levers["fused_loss"]))
+                     else gpt_pretraining(cfg, fused_loss=levers["fused_loss"],
+                                          loss_rows=levers["loss_rows"]))
     tx = make_optimizer("adamw", learning_rate=1e-4, warmup_steps=1, total_steps=10**6)
     options = StepOptions(dropout_rng=levers["dropout_rng"],
                           skip_by_cond=levers["skip_by_cond"],
@@ -404,6 +406,7 @@ def main(argv=None) -> None:
         run.plan("gpt2", "defaults", gpt, {})
         run.plan("gpt2", "vocabulary padded to 64", gpt, dict(pad_vocab_to=64))
         run.plan("gpt2", "loss via float32 logits (back)", gpt, dict(fused_loss=False))
+        run.plan("gpt2", "head and loss in slices of 4096 rows", gpt, dict(loss_rows=4096))
         run.plan("gpt2", "before (every lever back)", gpt, BEFORE)
     if "flags" in args.groups and not args.quick:
         references["flags"] = "defaults"

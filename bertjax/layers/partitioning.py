@@ -7,6 +7,8 @@ parallelism strategy means editing this table, not the models.
 
 from collections.abc import Sequence
 
+import jax
+
 MESH_AXES = ("data", "fsdp", "model")
 
 # (logical axis, mesh axis or axes or None). First match wins for each logical axis.
@@ -35,3 +37,12 @@ def rules_for(overrides: Sequence[tuple[str, str | tuple[str, ...] | None]] = ()
     """Default rules with `overrides` taking precedence (for ablations of the layout)."""
     overridden = {name for name, _ in overrides}
     return tuple(overrides) + tuple(r for r in DEFAULT_RULES if r[0] not in overridden)
+
+
+def target_device() -> tuple[str, str]:
+    """(platform, device kind) of the mesh the step is built for (a TPU slice's, also when
+    compiling ahead of time on a CPU host), else of the default device."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if not mesh.empty and mesh.abstract_device is not None:
+        return mesh.abstract_device.platform, mesh.abstract_device.device_kind
+    return jax.devices()[0].platform, jax.devices()[0].device_kind

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
 from bertjax.layers.masks import AttentionMask
+from bertjax.layers.partitioning import target_device
 
 Array = jax.Array
 BLOCK = 128
@@ -42,18 +43,9 @@ def _kernel(heads: int, q_len: int, kv_len: int, causal: bool, interpret: bool):
                                    q_seq_shards=1, interpret=interpret)
 
 
-def _target_device() -> tuple[str, str]:
-    """(platform, device kind) of the mesh the step is built for (a TPU slice's, also when
-    compiling ahead of time on a CPU host), else of the default device."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if not mesh.empty and mesh.abstract_device is not None:
-        return mesh.abstract_device.platform, mesh.abstract_device.device_kind
-    return jax.devices()[0].platform, jax.devices()[0].device_kind
-
-
 def _check_platform() -> bool:
     """True to interpret (CPU); raises a one-line error where the kernel cannot run."""
-    platform, kind = _target_device()
+    platform, kind = target_device()
     if platform == "cpu":
         return True
     if platform != "tpu":
