@@ -10,6 +10,8 @@
     XLA_FLAGS= python benchmarks/gpt2_step_and_generate.py --size=gpt2_small
     XLA_FLAGS= python benchmarks/gpt2_step_and_generate.py --size=gpt2_small --steps=2 \
         --gen_batches=1,8 --json=/tmp/gpt2_bench.json
+    XLA_FLAGS= python benchmarks/gpt2_step_and_generate.py --size=gpt2_tiny --vocab_size=4096 \
+        --batch=32 --steps=20 --gen_batches= --loss_rows=0,512,1024   # the sliced head
 
 Times exclude compilation (one warm-up call each side) and are the median of --repeats.
 At batch 1 a decode step reads every weight once, so the run also prints the rate at which this
@@ -38,12 +40,13 @@ from bertjax.training.mesh import make_mesh
 from bertjax.training.optim import make_optimizer
 
 
-def hf_model(size: str, dropout: float = 0.0):
+def hf_model(size: str, dropout: float = 0.0, vocab_size: int = 50257):
     """transformers' GPT-2 of `size` from a seeded init (the same weights at any `dropout`)."""
     layers, hidden, heads, _ = SIZES[size]
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=layers, n_embd=hidden, n_head=heads,
-                                     resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
+                                     vocab_size=vocab_size, resid_pdrop=dropout,
+                                     embd_pdrop=dropout, attn_pdrop=dropout)
     return transformers.GPT2LMHeadModel(config)
 
 
@@ -52,13 +55,22 @@ def no_decay(name: str) -> bool:
     return name.endswith("bias") or ".ln_" in name
 
 
-def train_step_rates(model, batch, seq, steps):
+def train_step_rates(model, batch, seq, steps, loss_rows=(None,)):
+    """(bertjax's tokens/s at each of `loss_rows` (gpt_pretraining's: None is its default),
+    torch's tokens/s)."""
     rng = np.random.default_rng(0)
-    ids = rng.integers(0, 50257, (batch, seq + 1))
+    ids = rng.integers(0, model.config.vocab_size, (batch, seq + 1))
     tokens = batch * seq
-
     config = config_from_hf(model.config.to_dict())
-    task = gpt_pretraining(config)
+    jax_rates = [tokens / median_seconds(jax_step_fn(config, ids, rows), steps)
+                 for rows in loss_rows]
+    return jax_rates, tokens / median_seconds(torch_step_fn(model, ids), steps)
+
+
+def jax_step_fn(config, ids, loss_rows):
+    """bertjax's train step on `ids` [batch, seq + 1], as a call that waits for it."""
+    batch, seq = ids.shape[0], ids.shape[1] - 1
+    task = gpt_pretraining(config, loss_rows=loss_rows)
     tx = make_optimizer(learning_rate=1e-4, warmup_steps=10, total_steps=1000)
     jax_batch = {"input_ids": ids[:, :-1].astype(np.int32),
                  "target_ids": ids[:, 1:].astype(np.int32),
@@ -71,6 +83,11 @@ def train_step_rates(model, batch, seq, steps):
         holder["state"], metrics = trainer.step(holder["state"], device_batch)
         jax.block_until_ready(metrics["loss"])
 
+    return jax_step
+
+
+def torch_step_fn(model, ids):
+    """transformers' train step on the same ids, AdamW with the same groups and clipping."""
     model.train()
     params = list(model.named_parameters())
     optimizer = torch.optim.AdamW(
@@ -89,8 +106,7 @@ def train_step_rates(model, batch, seq, steps):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
 
-    return (tokens / median_seconds(jax_step, steps),
-            tokens / median_seconds(torch_step, steps))
+    return torch_step
 
 
 def generation_rates(model, batch, prompt_len, new_tokens, repeats):
@@ -138,6 +154,9 @@ def differences(rates: list[float]) -> list[str]:
                      "with 0.1), leaving out a known part of bertjax's step cost; the "
                      "'dropout 0.1' row has it on on both sides")
     if rates:
+        lines.append("bertjax's head and loss: by default a slice of the sequence at a time on "
+                     "the CPU (objectives/head_xent.py; a 'whole logits' row turns it off), "
+                     "transformers' over the whole [batch, seq, vocab] logits")
         lines.append("bertjax's train step also computes the gradient norm for a finite-step "
                      "guard (its train_step as the loop runs it); torch's does not")
     lines.append("generation: transformers' generate() is told min_new_tokens so both sides "
@@ -154,6 +173,11 @@ def main():
     parser.add_argument("--steps", type=int, default=3, help="timed training steps (0: skip)")
     parser.add_argument("--train_dropout", default="0.1,0",
                         help="dropout rates of the timed train steps, both sides (0: off)")
+    parser.add_argument("--vocab_size", type=int, default=50257,
+                        help="both sides' vocabulary (the time-to-quality benchmark's is 4096)")
+    parser.add_argument("--loss_rows", default="",
+                        help="bertjax train rows at each gpt_pretraining.loss_rows (0: the "
+                             "whole logits; N: the head in slices of N rows); '': its default")
     parser.add_argument("--new_tokens", type=int, default=128)
     parser.add_argument("--prompt_len", type=int, default=32)
     parser.add_argument("--gen_batches", default="1,8", help="generation batch sizes ('': skip)")
@@ -161,20 +185,27 @@ def main():
     parser.add_argument("--json", default=None, help="also write the results here")
     args = parser.parse_args()
 
-    model = hf_model(args.size)
-    rows, results = [], {"size": args.size, "torch_threads": torch.get_num_threads(),
+    model = hf_model(args.size, vocab_size=args.vocab_size)
+    rows, results = [], {"size": args.size, "vocab_size": args.vocab_size,
+                         "torch_threads": torch.get_num_threads(),
                          "jax_devices": str(jax.devices()[0])}
     rates = [float(r) for r in args.train_dropout.split(",") if r] if args.steps else []
+    loss_rows = [int(r) for r in args.loss_rows.split(",")] if args.loss_rows else [None]
     for rate in rates:
-        jax_rate, torch_rate = train_step_rates(hf_model(args.size, rate), args.batch, args.seq,
-                                                args.steps)
+        jax_rates, torch_rate = train_step_rates(
+            hf_model(args.size, rate, args.vocab_size), args.batch, args.seq, args.steps,
+            loss_rows)
         dropout = f"dropout {rate:g}" if rate else "dropout off"
-        rows.append((f"train step, batch {args.batch} x {args.seq}, {dropout}", jax_rate,
-                     torch_rate, None))
-        print(f"{rows[-1][0]}: bertjax {jax_rate:,.0f} tok/s, torch {torch_rate:,.0f}",
-              flush=True)
-        results[f"train_tokens_per_s_{dropout.replace(' ', '_')}"] = {
-            "bertjax": jax_rate, "torch": torch_rate}
+        for rows_a_slice, jax_rate in zip(loss_rows, jax_rates, strict=True):
+            head = "" if rows_a_slice is None else (
+                ", whole logits" if rows_a_slice == 0 else f", head in {rows_a_slice}-row slices")
+            rows.append((f"train step, batch {args.batch} x {args.seq}, {dropout}{head}",
+                         jax_rate, torch_rate, None))
+            print(f"{rows[-1][0]}: bertjax {jax_rate:,.0f} tok/s, torch {torch_rate:,.0f}",
+                  flush=True)
+            key = f"train_tokens_per_s_{dropout.replace(' ', '_')}" + (
+                "" if rows_a_slice is None else f"_loss_rows_{rows_a_slice}")
+            results[key] = {"bertjax": jax_rate, "torch": torch_rate}
     for batch in (int(b) for b in args.gen_batches.split(",") if b):
         jax_rate, torch_rate, same = generation_rates(model, batch, args.prompt_len,
                                                       args.new_tokens, args.repeats)
@@ -187,10 +218,10 @@ def main():
 
     print(f"\n{args.size} on {results['jax_devices']} (torch threads: "
           f"{results['torch_threads']})")
-    print(f"{'':50} {'bertjax tok/s':>14} {'torch tok/s':>12} {'ratio':>7}  same tokens")
+    print(f"{'':66} {'bertjax tok/s':>14} {'torch tok/s':>12} {'ratio':>7}  same tokens")
     for name, ours, theirs, same in rows:
         agree = "" if same is None else f"  {same:.0%}"
-        print(f"{name:50} {ours:>14,.0f} {theirs:>12,.0f} {ours / theirs:>6.2f}x{agree}")
+        print(f"{name:66} {ours:>14,.0f} {theirs:>12,.0f} {ours / theirs:>6.2f}x{agree}")
     if "1" in args.gen_batches.split(","):
         bound = weight_read_bound(model)
         results["weight_read_bound_tokens_per_s"] = bound
