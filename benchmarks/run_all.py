@@ -12,6 +12,7 @@ Earlier runs are never rewritten; a failed benchmark is recorded as failed, with
     python benchmarks/run_all.py                          # all claims -> benchmarks/results.jsonl
     python benchmarks/run_all.py --only=elmo_lstm,pretraining_pipeline
     python benchmarks/run_all.py --quick --out=/tmp/results.jsonl   # small sizes, a smoke test
+    python benchmarks/run_all.py --only=time_to_quality --args='--rows=run_clm,gpt_same_recipe'
 
 A benchmark reports a ratio with a line `ratio MEASURE: 1.23x`, and what it does differently on
 the two sides under a line starting `what differs`, one `  - ` line each.
@@ -25,6 +26,7 @@ import os
 import pathlib
 import platform
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -78,6 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default=str(results_record.RESULTS),
                    help="the record (a .jsonl file; its .md is rendered beside it)")
     p.add_argument("--timeout", type=float, default=3 * 3600, help="seconds per benchmark")
+    p.add_argument("--args", default="",
+                   help="more arguments for the one benchmark --only names (e.g. "
+                        "--args='--rows=run_clm,gpt_same_recipe'); recorded with the run")
     args = p.parse_args(argv)
     known = {claim.name for claim in CLAIMS}
     args.only = [name for name in args.only.split(",") if name]
@@ -88,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick and pathlib.Path(args.out).resolve() == results_record.RESULTS:
         p.error("--quick sizes measure nothing: pass --out=FILE (e.g. /tmp/results.jsonl) so "
                 "benchmarks/results.jsonl keeps only real runs")
+    if args.args and len(args.only) != 1:
+        p.error("--args are one benchmark's arguments: name that benchmark alone with --only")
     if not args.out.endswith(".jsonl"):
         p.error(f"--out={args.out} is not a .jsonl record: pass one (e.g. "
                 "/tmp/results.jsonl); its .md is rendered beside it")
@@ -184,9 +191,9 @@ class Outcome:
         return max(self.load_before, self.load_after) > cores or warned
 
 
-def run(claim: Claim, quick: bool, timeout: float) -> Outcome:
+def run(claim: Claim, quick: bool, timeout: float, extra: str = "") -> Outcome:
     command = [sys.executable, f"benchmarks/{claim.name}.py",
-               *(claim.quick_args if quick else claim.args)]
+               *(claim.quick_args if quick else claim.args), *shlex.split(extra)]
     env = {**os.environ, "XLA_FLAGS": ""}  # the tests' fake devices would split the CPU
     before, start = load_average(), time.perf_counter()
     try:
@@ -250,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = []
     for claim in claims:
         print(f"run_all: {claim.name} ...", flush=True)
-        outcome = run(claim, args.quick, args.timeout)
+        outcome = run(claim, args.quick, args.timeout, args.args)
         if outcome.returncode != 0:
             print(f"  FAILED (exit {outcome.returncode})", flush=True)
         for measure, value in outcome.ratios if outcome.returncode == 0 else []:

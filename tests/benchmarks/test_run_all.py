@@ -115,3 +115,21 @@ def test_unknown_benchmark_name_is_one_line(capsys):
     assert exit_info.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "bert_step" in error and "bert_pretraining_step" in error
+
+
+@pytest.mark.unit
+def test_extra_arguments_go_to_the_one_benchmark_named(monkeypatch, capsys):
+    run_all = load_run_all()
+    seen = {}
+
+    def fake_run(command, **kwargs):
+        seen["command"] = command
+        return subprocess.CompletedProcess(command, 0, "ratio a/b: 1.50x\n", "")
+
+    monkeypatch.setattr(run_all.subprocess, "run", fake_run)
+    outcome = run_all.run(run_all.CLAIMS[0], False, 60, "--rows=run_clm,gpt_same_recipe --x='a b'")
+    assert seen["command"][-2:] == ["--rows=run_clm,gpt_same_recipe", "--x=a b"]
+    assert outcome.ratios == [("a/b", 1.5)]
+    with pytest.raises(SystemExit):
+        run_all.parse_args(["--args=--rows=run_clm", "--only=elmo_lstm,time_to_quality"])
+    assert "name that benchmark alone with --only" in capsys.readouterr().err
