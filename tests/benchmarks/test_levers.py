@@ -1,7 +1,9 @@
 """benchmarks/accelerator_levers.py on the CPU: real-text batches from accelerator_batches.py
 (WikiText-2), every row compiled first into the persistent compilation cache, then each timed
-in its own process from that cache; the packed row carries more real tokens than the unpacked
-one (end-to-end tier: about a minute)."""
+in its own process from that cache; each row counts the real tokens of the batch it timed
+(end-to-end tier: about a minute). Whether packing carries more real tokens is a property of
+the corpus and length, measured by benchmarks/packing.py: at 64 tokens WikiText-2's instances
+nearly fill a row either way, and one 8-row batch of either layout may hold more."""
 
 import json
 import subprocess
@@ -34,5 +36,8 @@ def test_packing_rows_compile_once_and_time_from_the_cache(wikitext_valid, tmp_p
     for label, row in timed.items():  # the first timed step traces and loads, compiles nothing
         ahead = compiled[label]
         assert row["first_step_s"] < ahead["lower_s"] + 0.5 * ahead["compile_s"], (row, ahead)
-    assert timed["packed"]["real_tokens"] > timed["unpacked"]["real_tokens"]
+    made = json.loads((tmp_path / "b" / "batches.json").read_text())
+    for label, row in timed.items():
+        share = made[f"bert_64_{label}"]["real_token_share"]
+        assert row["real_tokens"] == round(share * 8 * 64) and row["tokens"] == 8 * 64, label
     assert "| packed |" in (tmp_path / "out" / "levers.md").read_text()
