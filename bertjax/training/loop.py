@@ -560,9 +560,8 @@ def _train_phase(run: _RunContext, phase: _Phase, state: TrainState
                 progress.note(evaluation(step, state))
             if stopped or checkpoint_step:
                 log.write()  # metrics.jsonl reaches this step before its checkpoint is saved
-                saved = run.checkpointer.save(step, state, run.position, force=bool(stopped))
-                if saved or stopped:  # durable with its checkpoint: two fsyncs, not every step
-                    run.writer.flush()
+                run.checkpointer.save(step, state, run.position, force=bool(stopped))
+                run.writer.flush()
         scalars = log.write()  # the phase's last log step
     finally:  # a failing run's one line comes after the bar's, not glued to it
         progress.close()
