@@ -91,6 +91,9 @@ def timed_prepare(prepare: Any, clock: hf_budget.WallClock) -> Any:
 
 def main() -> None:
     args = parse_args()
+    from bertjax.training import host_memory  # noqa: PLC0415
+
+    host_memory.keep_freed_memory()  # as bertjax-train does before JAX starts
     import bertjax.configurables  # noqa: F401, PLC0415 - every import on bertjax's clock
     from bertjax.cli import gin_utils  # noqa: PLC0415
     from bertjax.cli import train as train_cli  # noqa: PLC0415

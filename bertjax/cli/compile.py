@@ -207,7 +207,7 @@ def run() -> None:
     if "JAX_PLATFORMS" not in os.environ:
         jax.config.update("jax_platforms", "cpu")
     define_flags()
-    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__])
+    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__], runs_steps=False)
 
 
 if __name__ == "__main__":

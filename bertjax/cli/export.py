@@ -60,7 +60,7 @@ def main() -> None:
 def run() -> None:
     """Console-script entry point."""
     define_flags()
-    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__])
+    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__], runs_steps=False)
 
 
 if __name__ == "__main__":

@@ -103,7 +103,8 @@ def main(beam_args: list[str]) -> None:
 def run() -> None:
     """Console-script entry point."""
     define_flags()
-    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__], positional=True)
+    runner.run(PROGRAM, __doc__, main, [__name__, runner.__name__], positional=True,
+               runs_steps=False)
 
 
 if __name__ == "__main__":

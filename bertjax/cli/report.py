@@ -114,7 +114,7 @@ def main(run_dirs: list[str]) -> None:
 def run() -> None:
     """Console-script entry point."""
     define_flags()
-    runner.run(PROGRAM, __doc__, main, [__name__], positional=True)
+    runner.run(PROGRAM, __doc__, main, [__name__], positional=True, runs_steps=False)
 
 
 if __name__ == "__main__":

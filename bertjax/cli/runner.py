@@ -15,7 +15,7 @@ from absl import logging as absl_logging
 
 from bertjax import cli, files
 from bertjax.cli import gin_utils, interrupts
-from bertjax.training import lease, preemption
+from bertjax.training import host_memory, lease, preemption
 from bertjax.training.checkpoint import quiet_orbax_failures
 
 if TYPE_CHECKING:
@@ -194,12 +194,18 @@ class _terminate_as_interrupt:  # noqa: N801 - used as a context manager
 
 
 def run(program: str, doc: str, main: Callable[..., None], modules: Sequence[str],
-        positional: bool = False) -> None:
+        positional: bool = False, runs_steps: bool = True) -> None:
     """Parse the (already defined) flags, answer --help, then run `main` guarded (with the
-    positional arguments, if `positional`)."""
+    positional arguments, if `positional`). A tool that `runs_steps` first sets the host's
+    malloc to keep freed memory where its steps run on the CPU (training/host_memory.py)."""
     argv = gin_utils.rewrite_gin_args(sys.argv)
     argv[0] = program
     if any(arg in HELP_ARGS for arg in argv[1:]):
         print(help_text(program, doc, modules))
         sys.exit(0)
+    if runs_steps:
+        try:
+            host_memory.keep_freed_memory()
+        except ValueError as err:
+            fail(program, err)
     app.run(guarded(program, main, positional), argv=argv, flags_parser=_parse_flags(program))
