@@ -69,6 +69,8 @@ CLAIMS = (
           ("--families=bert,gpt,elmo", "--sizes=10,100,1000"), ("--quick",)),
     Claim("time_to_quality", "pretraining to transformers' run_mlm / run_clm final held-out "
           "loss, wall time, 600 s a row", (), ("--quick",)),
+    Claim("host_memory", "a CPU GPT-2 tiny train step, malloc keeping freed memory against "
+          "glibc's default", (), ("--quick",)),
 )
 
 
