@@ -377,6 +377,9 @@ DIFFERENCES = (
     "BERT MLM logits: transformers computes them at every position, bertjax at the masked "
     "positions only (part of what the same-recipe row measures)",
     "bertjax's step also computes the gradient norm for a finite-step guard",
+    "host memory: bertjax's process sets glibc's malloc to keep the memory XLA frees, as "
+    "bertjax-train does on a host without an accelerator (bertjax/training/host_memory.py); "
+    "the peers run with malloc as it comes",
     "checkpoints: transformers saves the weights (save_pretrained), bertjax the whole train "
     "state; save time is off the clock on both sides",
     "the best-recipe row runs its own recipe (its gin file) on the same shape, corpus and "
