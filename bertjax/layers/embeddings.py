@@ -106,13 +106,18 @@ def attend(table: nn.Embed, h_BxLxE: Array, dtype: DTypeLike, pad_vocab_to: int 
     m (GPT-2's 50,257 rows to 50,304 at m = 64), tile sizes the matrix units take whole, and
     the logits are cut back to V. The padding is made as the table is cast to the compute
     dtype, so parameters, checkpoints and logits keep the real vocabulary."""
-    table_VxE = table.embedding.astype(dtype)
-    V = table_VxE.shape[0]
-    pad = -V % pad_vocab_to
-    if pad:
-        table_VxE = jnp.pad(table_VxE, ((0, pad), (0, 0)))
-    logits = tied_logits(h_BxLxE.astype(dtype), table_VxE)
-    return logits[..., :V] if pad else logits
+    V = table.embedding.shape[0]
+    table_PxE = padded_table(table.embedding, dtype, pad_vocab_to)
+    logits = tied_logits(h_BxLxE.astype(dtype), table_PxE)
+    return logits[..., :V] if table_PxE.shape[0] > V else logits
+
+
+def padded_table(table_VxE: Array, dtype: DTypeLike, pad_vocab_to: int = 1) -> Array:
+    """The token table in the compute dtype, padded with zero rows to a multiple of
+    `pad_vocab_to` (see attend)."""
+    table_VxE = table_VxE.astype(dtype)
+    pad = -table_VxE.shape[0] % pad_vocab_to
+    return jnp.pad(table_VxE, ((0, pad), (0, 0))) if pad else table_VxE
 
 
 @jax.custom_vjp

@@ -22,6 +22,9 @@ import jax
 import jax.numpy as jnp
 from jax.typing import DTypeLike
 
+from bertjax.layers.embeddings import padded_table
+from bertjax.objectives import xent
+
 Array = jax.Array
 F32 = jnp.float32
 
@@ -67,44 +70,31 @@ def _joined(x_SxBxC: Array) -> Array:
     return jnp.swapaxes(x_SxBxC, 0, 1).reshape(B, S * C, *x_SxBxC.shape[3:])
 
 
-def _padded_table(table_VxE: Array, dtype: jnp.dtype, pad_vocab_to: int) -> Array:
-    V = table_VxE.shape[0]
-    return jnp.pad(table_VxE.astype(dtype), ((0, -V % pad_vocab_to), (0, 0)))
-
-
-def _slice_logits(h_BxCxE: Array, table_PxE: Array, targets_BxC: Array, vocab_size: int
-                  ) -> tuple[Array, Array, Array, Array]:
-    """(logits [B, C, P] in the compute dtype, padded ids at -inf; log-sum-exp, target logit
-    and whether the target reaches the row maximum, float32 [B, C])."""
+def _slice_logits(h_BxCxE: Array, table_PxE: Array, vocab_size: int) -> Array:
+    """The slice's logits [B, C, P] in the compute dtype, the padded ids' at -inf."""
     logits_BxCxP = jnp.einsum("bce,pe->bcp", h_BxCxE, table_PxE)
     if table_PxE.shape[0] > vocab_size:
         real_P = jnp.arange(table_PxE.shape[0]) < vocab_size
         logits_BxCxP = jnp.where(real_P, logits_BxCxP, -jnp.inf)
-    max_BxC = jax.lax.stop_gradient(logits_BxCxP.max(-1)).astype(F32)
-    sum_BxC = jnp.exp(logits_BxCxP.astype(F32) - max_BxC[..., None]).sum(-1)
-    target_BxC = jnp.take_along_axis(logits_BxCxP, targets_BxC[..., None], -1)[..., 0]
-    target_BxC = target_BxC.astype(F32)
-    return logits_BxCxP, max_BxC + jnp.log(sum_BxC), target_BxC, target_BxC >= max_BxC
+    return logits_BxCxP
 
 
 def _scan(h_BxLxE: Array, table_VxE: Array, targets_BxL: Array, weights_BxL: Array,
           slices: int, dtype: jnp.dtype, pad_vocab_to: int, grads: bool) -> tuple:
     """The sums, the per-token cross-entropy and, with `grads`, d(sum)/dh and d(sum)/dtable."""
     V = table_VxE.shape[0]
-    table_PxE = _padded_table(table_VxE, dtype, pad_vocab_to)
+    table_PxE = padded_table(table_VxE, dtype, pad_vocab_to)
     P, E = table_PxE.shape
 
     def body(dtable_ExP: Array, xs: tuple[Array, Array, Array]) -> tuple[Array, tuple]:
         h_BxCxE, targets_BxC, weights_BxC = xs
         h_BxCxE = h_BxCxE.astype(dtype)
-        logits_BxCxP, lse_BxC, target_BxC, correct_BxC = _slice_logits(
-            h_BxCxE, table_PxE, targets_BxC, V)
-        xent_BxC = lse_BxC - target_BxC
+        logits_BxCxP = _slice_logits(h_BxCxE, table_PxE, V)
+        (xent_BxC, correct_BxC), residuals = xent.cross_entropy_forward(
+            logits_BxCxP, targets_BxC)
         if not grads:
             return dtable_ExP, (xent_BxC, correct_BxC)
-        probs_BxCxP = jnp.exp(logits_BxCxP.astype(F32) - lse_BxC[..., None])
-        onehot_BxCxP = jnp.arange(P, dtype=targets_BxC.dtype) == targets_BxC[..., None]
-        g_BxCxP = ((probs_BxCxP - onehot_BxCxP) * weights_BxC[..., None]).astype(dtype)
+        g_BxCxP, _ = xent.cross_entropy_backward(residuals, (weights_BxC, None))
         dh_BxCxE = jnp.einsum("bcp,pe->bce", g_BxCxP, table_PxE)
         dtable_ExP = dtable_ExP + jnp.einsum("bce,bcp->ep", h_BxCxE, g_BxCxP,
                                              preferred_element_type=F32)

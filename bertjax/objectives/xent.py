@@ -24,10 +24,13 @@ Array = jax.Array
 def token_cross_entropy(logits_NxV: Array, targets_N: Array) -> tuple[Array, Array]:
     """(cross-entropy float32 [...], correct float32 [...]) of logits [..., V] against int
     targets [...]; differentiable in the logits (the second output has no gradient)."""
-    return _forward(logits_NxV, targets_N)[0]
+    return cross_entropy_forward(logits_NxV, targets_N)[0]
 
 
-def _forward(logits_NxV: Array, targets_N: Array) -> tuple[tuple[Array, Array], tuple]:
+def cross_entropy_forward(logits_NxV: Array, targets_N: Array
+                          ) -> tuple[tuple[Array, Array], tuple]:
+    """((cross-entropy, correct), residuals (logits, targets, log-sum-exp)): the forward pass
+    of token_cross_entropy, for cross_entropy_backward (also objectives/head_xent.py's)."""
     max_N = jax.lax.stop_gradient(logits_NxV.max(-1)).astype(jnp.float32)
     shifted_NxV = logits_NxV.astype(jnp.float32) - max_N[..., None]  # fused into the sum
     lse_N = max_N + jnp.log(jnp.exp(shifted_NxV).sum(-1))
@@ -37,7 +40,10 @@ def _forward(logits_NxV: Array, targets_N: Array) -> tuple[tuple[Array, Array], 
     return (lse_N - target_N, correct_N), (logits_NxV, targets_N, lse_N)
 
 
-def _backward(residuals: tuple, cotangents: tuple[Array, Array]) -> tuple[Array, None]:
+def cross_entropy_backward(residuals: tuple, cotangents: tuple[Array, Array | None]
+                           ) -> tuple[Array, None]:
+    """(g * (softmax - onehot) in the logits' dtype, None) from cross_entropy_forward's
+    residuals and the cross-entropy's cotangent g."""
     logits_NxV, targets_N, lse_N = residuals
     g_N = cotangents[0]
     vocab_V = jnp.arange(logits_NxV.shape[-1], dtype=targets_N.dtype)
@@ -46,7 +52,7 @@ def _backward(residuals: tuple, cotangents: tuple[Array, Array]) -> tuple[Array,
     return (g_N[..., None] * (probs_NxV - onehot_NxV)).astype(logits_NxV.dtype), None
 
 
-token_cross_entropy.defvjp(_forward, _backward)
+token_cross_entropy.defvjp(cross_entropy_forward, cross_entropy_backward)
 
 
 def weighted_cross_entropy(logits_NxV: Array, targets_N: Array, weights_N: Array,
