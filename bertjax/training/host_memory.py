@@ -6,7 +6,8 @@ a mapping of its own (a thread's arena falls back to one even when the main aren
 and unmaps it when freed, so every step faults its temporaries in again, a page at a time:
 about 45,000 page faults and 100 ms of kernel time a step on 2 cores, a quarter of the CPU the
 step takes. One arena that never maps blocks of its own and never trims its heap hands the same
-pages back every step (benchmarks/results.md, "host memory").
+pages back almost every step (the odd step still faults while the heap settles;
+benchmarks/results.md, "host memory").
 
 The setting must be made before JAX starts its backend: XLA's threads take an arena when
 they first allocate and keep it, so a process that set it later keeps faulting. It is made
