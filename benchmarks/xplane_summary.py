@@ -276,6 +276,7 @@ class Region:
     ps: int = 0
     events: int = 0
     per_layer_ps: int = 0
+    per_layer_events: int = 0
 
 
 def region_of(stack: str, kind: str) -> str:
@@ -304,6 +305,7 @@ def attribute(events: list[OpEvent], hlo_text: str) -> tuple[dict[str, Region], 
         region.events += 1
         if PER_LAYER.search(stack):
             region.per_layer_ps += event.ps
+            region.per_layer_events += 1
     return regions, unmatched
 
 

@@ -88,7 +88,9 @@ def test_a_recorded_train_step_is_attributed_by_name_stack(tmp_path):
     busy = {h for h, r in regions.items() if r.ps}
     assert {"optimizer update", "dropout and its random bits", "LayerNorm", "GELU",
             "loss and softmax", "matrix products"} <= busy, busy
-    assert regions["LayerNorm"].per_layer_ps > 0.5 * regions["LayerNorm"].ps
+    # counted in ops, not time: one slow embedding LayerNorm on a busy CPU outweighed the
+    # four of the layers in a 2-step trace
+    assert regions["LayerNorm"].per_layer_events > 0.5 * regions["LayerNorm"].events
     assert regions["optimizer update"].per_layer_ps == 0
     table = xplane_summary.region_table(regions, 2, unmatched)
     assert "| optimizer update |" in table and "(+" not in table
