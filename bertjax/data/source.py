@@ -1,4 +1,4 @@
-"""The data-source base every family's source builds on: corpus, vocabulary, seqio task, batches.
+"""The data-source base every family's source builds on: corpus, vocabulary, batches.
 
 A family's source (`bert.source.BertPretrainingSource`, `gpt.source.LmPretrainingSource`,
 `elmo.source.ElmoSource`) subclasses `Source` and brings only what is its own:
@@ -7,7 +7,8 @@ A family's source (`bert.source.BertPretrainingSource`, `gpt.source.LmPretrainin
     vocab_kind, vocab_files     "wordpiece" | "bpe" | "words", and {role: file name}
     learn_vocab, load_vocab     learn files from the corpus into a directory; read them back
                                 as the family's tokenizer (`vocab`)
-    seqio_vocabulary            the tokenizer's seqio vocabulary class (data/vocabularies.py)
+    seqio_vocabulary            the name of the tokenizer's seqio vocabulary class in
+                                data/vocabularies.py (imported with seqio, when a task is built)
     read_documents              optional: the corpus's documents (load_documents by default)
     corpus_view, encode         its view of the documents (shared by learning and encoding);
                                 tokenize that view into its in-memory corpus
@@ -32,36 +33,39 @@ writes nothing: a learned vocabulary waits in a private staging directory until 
 called once the run can start, copies it (or the given files) into the workdir, so a workdir is
 self-contained and a run that fails validation leaves it untouched.
 
-The seqio split "train[N:]" starts at global example N, so a resume never replays what it
-skips; a `seqio.ShardInfo` (one per host) selects that host's examples. Python hands examples
-to tf.data in blocks, which tf.data unbatches: crossing from Python into tf.data costs
-hundreds of microseconds per call, more than building a BERT example.
+Batches: with TensorFlow and seqio installed, each source's examples are a registered seqio Task
+read through tf.data (`bertjax.data.seqio_tasks`, where the split "train[N:]" starts at global
+example N and a `seqio.ShardInfo` selects a host's examples); on a host with JAX alone (an
+accelerator image) the same batches come from Python (`bertjax.data.python_batches`), and
+BERT's text is tokenized by the same WordPiece in Python instead of tf.data (slower: a token
+store built elsewhere is the way to bring a large corpus there).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
 import logging
 import os
 import pathlib
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
-import seqio
-import tensorflow as tf
 
 from bertjax import files
 from bertjax.data import corpora
 from bertjax.data.store.format import Chunk, StoreError, vocabulary_digest
-from bertjax.data.vocabularies import Tokenizer, TokenizerVocabulary
 
 if TYPE_CHECKING:
+    import seqio
+
     from bertjax.data.store.reader import TokenStore
+    from bertjax.data.vocabularies import Tokenizer, TokenizerVocabulary
 
 Example = dict[str, np.ndarray]
 FeatureSpec = dict[str, tuple[tuple[int, ...], type]]
@@ -110,50 +114,6 @@ def parse_split(split: str) -> int:
     return int(match.group(1) or 0)
 
 
-class ExampleSource(seqio.DataSource):
-    """Endless, deterministic examples of `generate(start_index, shard_index, shard_count)`.
-
-    `generate` yields blocks: every feature with a leading example axis.
-    """
-
-    def __init__(self, generate: Callable[[int, int, int], Iterator[Example]],
-                 spec: FeatureSpec) -> None:
-        super().__init__(splits=["train"], caching_permitted=False)
-        self.generate, self.spec = generate, spec
-
-    @property
-    def supports_arbitrary_sharding(self) -> bool:
-        return True
-
-    def list_shards(self, split: str) -> list[str]:
-        return [split]
-
-    def get_dataset(self, split: str = "train", shuffle: bool = True, seed: int | None = None,
-                    shard_info: seqio.ShardInfo | None = None, *, sequence_length: object = None,
-                    use_cached: bool = False, num_epochs: int | None = 1) -> tf.data.Dataset:
-        del shuffle, seed, sequence_length, use_cached, num_epochs  # the generator is seeded
-        start = parse_split(split)
-        index, count = (shard_info.index, shard_info.num_shards) if shard_info else (0, 1)
-        signature = {k: tf.TensorSpec((None, *shape), tf.as_dtype(dtype))
-                     for k, (shape, dtype) in self.spec.items()}
-        blocks = tf.data.Dataset.from_generator(lambda: self.generate(start, index, count),
-                                                output_signature=signature)
-        return blocks.unbatch()
-
-
-def register_task(name: str, source: ExampleSource, vocab: seqio.Vocabulary,
-                  id_features: Sequence[str]) -> seqio.Task:
-    """Register (or replace) the seqio Task `name`: id features use `vocab`, the rest pass."""
-    features = {
-        key: seqio.Feature(vocab if key in id_features else seqio.PassThroughVocabulary(1),
-                           add_eos=False, dtype=tf.as_dtype(dtype), rank=len(shape))
-        for key, (shape, dtype) in source.spec.items()
-    }
-    if name in seqio.TaskRegistry.names():
-        seqio.TaskRegistry.remove(name)
-    return seqio.TaskRegistry.add(name, source=source, output_features=features)
-
-
 class Source:
     """What the training loop consumes (bertjax.training.data_source.DataSource): prepare,
     save, vocab_size, feature_spec, batches, padded_length, corpus_name."""
@@ -164,7 +124,7 @@ class Source:
     vocab_kind = ""
     vocab_files: dict[str, str] = {}
     id_features: tuple[str, ...] = ()
-    seqio_vocabulary: type[TokenizerVocabulary]  # the seqio task's view of `vocab`
+    seqio_vocabulary = ""  # the seqio task's view of `vocab`: a class of data/vocabularies.py
 
     def __init__(self, corpus: str, corpus_format: str, vocab: str, vocab_size: int, seed: int,
                  text_key: str = "text") -> None:
@@ -400,31 +360,41 @@ class Source:
 
     def task(self, seq_length: int, batch_size: int = 1) -> seqio.Task:
         """The registered seqio Task for this corpus at `seq_length` (per-host `batch_size`)."""
+        from bertjax.data import seqio_tasks, vocabularies  # noqa: PLC0415 - seqio, TF
+
         slug = re.sub(r"[^a-z0-9]+", "_", self.corpus_name.lower()).strip("_")[-40:]
         name = f"bertjax_{self.task_prefix}_{slug}_{seq_length}_{batch_size}"
         generate = functools.partial(self.example_blocks, seq_length, batch_size)
-        source = ExampleSource(generate, self.feature_spec(seq_length, batch_size))
-        return register_task(name, source, self.seqio_vocabulary(self._vocab()),
-                             self.id_features)
+        source = seqio_tasks.ExampleSource(generate, self.feature_spec(seq_length, batch_size))
+        vocabulary: type[TokenizerVocabulary] = getattr(vocabularies, self.seqio_vocabulary)
+        return seqio_tasks.register_task(name, source, vocabulary(self._vocab()),
+                                         self.id_features)
 
     def batches(self, start_index: int, seq_length: int, batch_size: int
                 ) -> Iterator[dict[str, np.ndarray]]:
-        """This host's share of global batches from global example `start_index` on."""
-        shard = seqio.ShardInfo(jax.process_index(), jax.process_count())
+        """This host's share of global batches from global example `start_index` on: through
+        the seqio task where TensorFlow and seqio are installed, else from Python (the same
+        batches; see the module docstring)."""
+        shard = (jax.process_index(), jax.process_count())
         if self.documents_per_host:  # documents are already split per host
-            shard, start_index = None, start_index // jax.process_count()
-        dataset = self.task(seq_length, batch_size).get_dataset(
-            split=f"train[{start_index}:]", shuffle=False, seed=self.seed, shard_info=shard,
-            num_epochs=1, trim_output_features=False, try_in_mem_cache=False,
-        )
-        return numpy_batches(dataset.batch(batch_size, drop_remainder=True).prefetch(2))
+            shard, start_index = (0, 1), start_index // jax.process_count()
+        if has_tf_data():
+            from bertjax.data import seqio_tasks  # noqa: PLC0415 - seqio and TensorFlow
+
+            return seqio_tasks.task_batches(self.task(seq_length, batch_size), start_index,
+                                            shard, self.seed, batch_size)
+        from bertjax.data import python_batches  # noqa: PLC0415
+
+        blocks = self.example_blocks(seq_length, batch_size, start_index, *shard)
+        return python_batches.prefetched(python_batches.rebatch(blocks, batch_size))
 
 
-def numpy_batches(dataset: tf.data.Dataset) -> Iterator[dict[str, np.ndarray]]:
-    """`dataset`'s elements as numpy arrays, from a generator: closing it releases tf.data's
-    iterator (and the Python generator feeding it) there and then. A training run closes its
-    batches when it ends, failed or not, so the pipeline is finalized while the interpreter
-    runs: left to the interpreter's shutdown after a failed run, TensorFlow logs an error
-    about finalizing it under the run's one-line error message."""
-    yield from dataset.as_numpy_iterator()
-
+@functools.cache
+def has_tf_data() -> bool:
+    """True where TensorFlow and seqio can be imported (the seqio path reads batches)."""
+    try:
+        for name in ("tensorflow", "seqio"):
+            importlib.import_module(name)
+    except ImportError:
+        return False
+    return True

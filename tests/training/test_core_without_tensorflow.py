@@ -75,3 +75,58 @@ def test_core_trains_and_checkpoints_without_tensorflow_or_seqio(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "tensorflow" not in done.stderr, done.stderr[-3000:]
     assert "core ok: bert, gpt, elmo" in done.stdout
+
+
+TRAIN = textwrap.dedent('''
+    import sys
+
+    REFUSED = ("tensorflow", "seqio", "tensorflow_text", "tensorflow_datasets")
+    for name in REFUSED:
+        sys.modules[name] = None
+
+    from bertjax.cli import train
+
+    sys.argv = ["bertjax-train", *sys.argv[1:]]
+    try:
+        train.run()
+    except SystemExit as done:
+        if done.code:
+            raise
+    loaded = sorted(m for m, module in sys.modules.items()
+                    if m.split(".")[0] in REFUSED and module is not None)
+    assert not loaded, loaded
+    print("trained without tensorflow")
+''')
+
+
+def test_bertjax_train_runs_without_tensorflow_from_a_store_and_from_text(bert_sample,
+                                                                         tmp_path):
+    """An accelerator image with JAX alone: bertjax-train trains BERT from a token store built
+    where TensorFlow is, and GPT from text, its batches built in Python."""
+    from bertjax.data.bert.source import BertPretrainingSource
+    from bertjax.data.store import build
+
+    vocab = tmp_path / "vocab"
+    learned = BertPretrainingSource(corpus=str(bert_sample), vocab_size=600)
+    learned.prepare(vocab)
+    learned.save(vocab)
+    build.build("bert", str(bert_sample), str(vocab), tmp_path / "store")
+    env = process_env(devices=1)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    runs = {
+        "bert": ("configs/experiments/bert_tiny_cpu.gin",
+                 f"bert_pretraining_source.corpus='store:{tmp_path / 'store'}'"),
+        "gpt": ("configs/experiments/gpt_tiny_cpu.gin",
+                f"lm_pretraining_source.corpus='{bert_sample}'"),
+    }
+    for family, (gin_file, corpus) in runs.items():
+        workdir = tmp_path / family
+        done = subprocess.run(
+            [sys.executable, "-c", TRAIN, f"--gin_file={gin_file}", f"--gin.{corpus}",
+             "--gin.NUM_STEPS=3", "--gin.train.log_every=1", f"--workdir={workdir}",
+             "--noprogress"], capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert "trained without tensorflow" in done.stdout, done.stdout[-3000:]
+        logged = [line for line in (workdir / "metrics.jsonl").read_text().splitlines()
+                  if '"loss"' in line]
+        assert len(logged) == 3, logged

@@ -1,7 +1,8 @@
 """A BERT pretraining corpus as token ids: its documents read (whole, or one static group of
-them), each sentence tokenized by WordPiece in a tf.data pipeline, and the paper's cap on
-masked predictions. Shared by the on-the-fly source (`bertjax.data.bert.source`) and the
-seqio cache of static examples (`bertjax.data.bert.cache`), so both build the same corpus.
+them), each sentence tokenized by WordPiece (in tf.data where TensorFlow is installed), and
+the paper's cap on masked predictions. Shared by the on-the-fly source
+(`bertjax.data.bert.source`) and the seqio cache of static examples (`bertjax.data.bert.cache`),
+so both build the same corpus.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import tensorflow as tf
 
 from bertjax.data import corpora
 from bertjax.data.bert.nsp import Corpus
@@ -31,7 +31,7 @@ def tokenize_documents(
     batch_size: int = 1024,
     group_sizes: Sequence[int] | None = None,
 ) -> Corpus:
-    """Token ids of every sentence, computed in a tf.data pipeline, as one flat Corpus."""
+    """Token ids of every sentence (`encode_sentences`), as one flat Corpus."""
     tokens, lengths = encode_sentences(documents, vocab, batch_size)
     return Corpus.from_arrays(tokens, lengths, np.array([len(doc) for doc in documents], np.int64),
                               group_sizes)
@@ -40,8 +40,14 @@ def tokenize_documents(
 def encode_sentences(documents: Sequence[Sequence[str]], vocab: WordPieceVocabulary,
                      batch_size: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """(every sentence's ids, flat int32; tokens per sentence, int64), empty sentences kept:
-    what `tokenize_documents` builds its Corpus of, and what a token store's shard holds."""
+    what `tokenize_documents` builds its Corpus of, and what a token store's shard holds.
+    Tokenized in a tf.data pipeline; where TensorFlow is not installed (an accelerator image),
+    by the same WordPiece in Python, which gives the same ids more slowly."""
     sentences = [s for doc in documents for s in doc]
+    try:
+        import tensorflow as tf  # noqa: PLC0415 - optional: see above
+    except ImportError:
+        return _encode_in_python(sentences, vocab)
 
     @tf.autograph.experimental.do_not_convert  # plain TF ops: nothing to convert
     def encode(batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -55,6 +61,14 @@ def encode_sentences(documents: Sequence[Sequence[str]], vocab: WordPieceVocabul
         tokens.append(flat.astype(np.int32))
         lengths.append(row_lengths.astype(np.int64))
     return np.concatenate(tokens), np.concatenate(lengths)
+
+
+def _encode_in_python(sentences: list[str], vocab: WordPieceVocabulary
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    ids = [vocab.encode(sentence) for sentence in sentences]
+    lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+    flat = np.fromiter((i for row in ids for i in row), np.int32, int(lengths.sum()))
+    return flat, lengths
 
 
 def group_bounds(count: int, groups: int) -> list[int]:

@@ -43,7 +43,6 @@ from bertjax.data.bert.nsp import Corpus, check_corpus
 from bertjax.data.packing import check_per_row
 from bertjax.data.source import STORE_PREFIX, DataError, Example, FeatureSpec, Source
 from bertjax.data.store.format import Chunk
-from bertjax.data.vocabularies import WordPieceSeqio
 from bertjax.files import as_path
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
 
@@ -61,7 +60,7 @@ class BertPretrainingSource(Source):
     setting, task_prefix = "bert_pretraining_source", "pretrain"
     vocab_kind, vocab_files = "wordpiece", {"vocab": "vocab.txt"}
     id_features = ID_FEATURES
-    seqio_vocabulary = WordPieceSeqio
+    seqio_vocabulary = "WordPieceSeqio"
 
     def __init__(
         self,

@@ -27,7 +27,6 @@ from bertjax.data.elmo.examples import (
 )
 from bertjax.data.source import Example, FeatureSpec, Source
 from bertjax.data.store.format import Chunk
-from bertjax.data.vocabularies import WordsSeqio
 from bertjax.tokenizers.elmo_vocab import (
     BOS,
     EOS,
@@ -49,7 +48,7 @@ class ElmoSource(Source):
     setting = "elmo_source"
     vocab_kind, vocab_files = "words", {"vocab": "elmo_vocab.txt"}
     id_features = ("token_ids", "next_token_ids", "reverse_token_ids", "reverse_next_token_ids")
-    seqio_vocabulary = WordsSeqio
+    seqio_vocabulary = "WordsSeqio"
 
     def __init__(self, corpus: str = "stdlib", corpus_format: str = "bert", mode: str = "sentence",
                  vocab: str = "learn", vocab_size: int = 793471, min_count: int = 1,

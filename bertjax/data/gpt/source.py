@@ -24,7 +24,6 @@ import numpy as np
 
 from bertjax.data.source import DataError, Example, FeatureSpec, Source
 from bertjax.data.store.format import Chunk
-from bertjax.data.vocabularies import BpeSeqio
 from bertjax.tokenizers.bpe import ByteLevelBPE, learn_bpe
 
 if TYPE_CHECKING:
@@ -84,7 +83,7 @@ class LmPretrainingSource(Source):
     setting, task_prefix = "lm_pretraining_source", "lm"
     vocab_kind, vocab_files = "bpe", {"vocab": "vocab.json", "merges": "merges.txt"}
     id_features = ("input_ids", "target_ids")
-    seqio_vocabulary = BpeSeqio
+    seqio_vocabulary = "BpeSeqio"
 
     def __init__(self, corpus: str = "stdlib", corpus_format: str = "bert", vocab: str = "learn",
                  vocab_size: int = 50257, shuffle: bool = True, seed: int = 0,
