@@ -45,6 +45,15 @@ DEFAULT_CORPUS = REPO.parent / "shared" / "data" / "agnews" / "unlabelled.txt"
 DEFAULT_BEST_GIN = REPO / "configs" / "runs" / "pretrain_budget.gin"
 DEFAULT_PLOT = REPO / "docs" / "time_to_quality" / "curves.png"
 ROWS = ("run_mlm", "same_recipe", "best_recipe", "run_clm", "gpt_same_recipe")
+DEVICE_DEFAULTS = {  # flags left unset take these
+    "cpu": dict(budget_s=600.0, bert_size="mini", gpt_size="gpt2_tiny", vocab_size=4096,
+                batch_size=32, learning_rate=1e-3, warmup_steps=0, max_steps=2000),
+    # BERT-base and GPT-2 124M for 3 minutes a side on one GPU: a larger batch, a lower peak
+    # with a short warmup (the CPU recipe's 1e-3 from step 0 is for 4-layer models)
+    "gpu": dict(budget_s=180.0, bert_size="base", gpt_size="gpt2_small", vocab_size=30522,
+                batch_size=64, learning_rate=5e-4, warmup_steps=200, max_steps=4000),
+}
+PREPARED = "prepared.json"  # what --prepare_only writes beside the files it lists
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,16 +75,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heldout_share", type=float, default=0.05,
                    help="the corpus's last share of lines, never trained on")
     p.add_argument("--max_lines", type=int, default=0, help="use the corpus's first N lines")
-    p.add_argument("--budget_s", type=float, default=600.0, help="wall-clock seconds per row")
+    p.add_argument("--device", default="cpu", choices=sorted(DEVICE_DEFAULTS),
+                   help="cpu: float32 on the host's cores; gpu: one GPU, bfloat16 compute on "
+                        "both sides (transformers' bf16 mixed precision), BERT-base and GPT-2 "
+                        "124M; the flags below default per device")
+    p.add_argument("--budget_s", type=float, default=None, help="wall-clock seconds per row")
     p.add_argument("--checkpoints", type=int, default=6, help="checkpoints per row")
-    p.add_argument("--bert_size", default="mini", help="bert_config.size of both BERT sides")
-    p.add_argument("--gpt_size", default="gpt2_tiny", help="gpt_config.size of both GPT sides")
-    p.add_argument("--vocab_size", type=int, default=4096,
+    p.add_argument("--bert_size", default=None, help="bert_config.size of both BERT sides")
+    p.add_argument("--gpt_size", default=None, help="gpt_config.size of both GPT sides")
+    p.add_argument("--vocab_size", type=int, default=None,
                    help="WordPiece and BPE vocabularies, learned by bertjax, used by all rows")
     p.add_argument("--seq_length", type=int, default=128)
-    p.add_argument("--batch_size", type=int, default=32)
-    p.add_argument("--learning_rate", type=float, default=1e-3)
-    p.add_argument("--max_steps", type=int, default=2000,
+    p.add_argument("--batch_size", type=int, default=None)
+    p.add_argument("--learning_rate", type=float, default=None)
+    p.add_argument("--warmup_steps", type=int, default=None,
+                   help="the linear schedule's warmup (same-recipe rows and peers)")
+    p.add_argument("--max_steps", type=int, default=None,
                    help="the linear schedule's length (same-recipe rows and peers)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--best_gin", default=str(DEFAULT_BEST_GIN),
@@ -94,7 +109,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "with --quick)")
     p.add_argument("--quick", action="store_true",
                    help="a smoke test: tiny models, 2,000 lines, 45 s a row; measures nothing")
+    p.add_argument("--prepare_only", action="store_true",
+                   help="write what the rows read into --out (the split corpus, vocabularies, "
+                        "transformers' configs and tokenizers, bertjax's token stores) and "
+                        "stop: for a host without TensorFlow (the GPU host), which then runs "
+                        "the rows with --prepared=OUT")
+    p.add_argument("--prepared", default="",
+                   help="a directory --prepare_only wrote (inside the repository, so it "
+                        "travels with it): run the rows from it; bertjax's rows read its token "
+                        "stores, and its sizes and sequence length are the run's")
     args = p.parse_args(argv)
+    for name, value in DEVICE_DEFAULTS[args.device].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if args.quick:
         args.budget_s, args.checkpoints, args.max_lines = 45.0, 2, args.max_lines or 2000
         args.bert_size, args.batch_size, args.max_steps = "tiny", 8, 200
@@ -103,10 +130,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = sorted(set(args.rows) - set(ROWS))
     if unknown:
         p.error(f"--rows names {', '.join(unknown)}: choose from {', '.join(ROWS)}")
-    if not pathlib.Path(args.corpus).is_file():
+    if args.prepare_only and (args.prepared or not args.out):
+        p.error("--prepare_only writes into a new --out (inside the repository, so it travels "
+                "to the GPU host) and takes no --prepared")
+    if not args.prepared and not pathlib.Path(args.corpus).is_file():
         p.error(f"--corpus={args.corpus}: no such file; pass a text file (the default is "
                 "../shared/data/agnews/unlabelled.txt, beside the repository)")
-    missing = [m for m in ("torch", "transformers", "accelerate", "datasets")
+    missing = [m for m in ("torch", "transformers", "accelerate")
                if importlib.util.find_spec(m) is None]
     if missing and {"run_mlm", "run_clm"} & set(args.rows):
         p.error(f"the transformers rows need {', '.join(missing)}: pip install -e .[bench] "
@@ -182,6 +212,57 @@ def hf_configs(args: argparse.Namespace, vocab: dict[str, pathlib.Path], out: pa
     return paths
 
 
+def prepare(args: argparse.Namespace, out: pathlib.Path
+            ) -> tuple[dict[str, pathlib.Path], list[str]]:
+    """(the files the rows read, the held-out lines): the corpus split, the vocabularies
+    learned, transformers' configs written, all in `out` (untimed, outside every row)."""
+    train, heldout_lines = split_corpus(pathlib.Path(args.corpus), args.heldout_share,
+                                        args.max_lines, out)
+    paths = {"train": train, **learn_vocabularies(train, args.vocab_size, args.seq_length, out)}
+    paths.update(hf_configs(args, paths, out))
+    return paths, heldout_lines
+
+
+SETTINGS = ("corpus", "corpus_format", "heldout_share", "max_lines", "bert_size", "gpt_size",
+            "vocab_size", "seq_length")  # what a prepared directory fixes for its rows
+
+
+def write_prepared(args: argparse.Namespace, paths: dict[str, pathlib.Path],
+                   heldout_lines: list[str], out: pathlib.Path) -> None:
+    """Add to `out` what a host without TensorFlow needs to run the rows: bertjax's token
+    stores of the training text (bertjax-prepare's build), the held-out lines and
+    prepared.json (the files, relative to `out`, and the SETTINGS they were made with)."""
+    from bertjax.data.store import build  # noqa: PLC0415
+
+    for family, vocab in (("bert", paths["wordpiece"]), ("gpt", paths["bpe"])):
+        paths[f"store_{family}"] = out / f"store_{family}"
+        build.build(family, str(paths["train"]), str(vocab), paths[f"store_{family}"],
+                    corpus_format=args.corpus_format)
+    paths["heldout"] = out / "heldout.txt"
+    paths["heldout"].write_text("\n".join(heldout_lines) + "\n", encoding="utf-8")
+    record = {"files": {k: str(v.resolve().relative_to(out.resolve())) for k, v in paths.items()},
+              "settings": {name: getattr(args, name) for name in SETTINGS}}
+    (out / PREPARED).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    print(f"prepared in {out}: {len(heldout_lines)} held-out lines, token stores of "
+          f"{paths['train'].name}; run the rows with --prepared={out} --device={args.device}")
+
+
+def load_prepared(args: argparse.Namespace) -> tuple[dict[str, pathlib.Path], list[str]]:
+    """The files and held-out lines of a --prepare_only directory; its SETTINGS become the
+    run's."""
+    directory = pathlib.Path(args.prepared)
+    try:
+        record = json.loads((directory / PREPARED).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"time_to_quality: error: --prepared={directory}: no readable "
+                         f"{PREPARED} ({err}): pass a directory --prepare_only wrote") from None
+    for name, value in record["settings"].items():
+        setattr(args, name, value)
+    paths = {key: directory / name for key, name in record["files"].items()}
+    lines = paths["heldout"].read_text(encoding="utf-8").splitlines()
+    return paths, [line for line in lines if line.strip()]
+
+
 # ---------------------------------------------------------------- the rows
 
 
@@ -191,8 +272,9 @@ def _peer(script: str, args: argparse.Namespace, train: pathlib.Path, config: pa
             f"--model_config={config}", f"--tokenizer={tokenizer}", f"--out={out}",
             f"--budget_s={args.budget_s}", f"--checkpoints={args.checkpoints}",
             f"--batch_size={args.batch_size}", f"--seq_length={args.seq_length}",
-            f"--learning_rate={args.learning_rate}", "--warmup_steps=0",
-            f"--max_steps={args.max_steps}", f"--seed={args.seed}")
+            f"--learning_rate={args.learning_rate}", f"--warmup_steps={args.warmup_steps}",
+            f"--max_steps={args.max_steps}", f"--seed={args.seed}",
+            f"--device={'cuda' if args.device == 'gpu' else 'cpu'}")
 
 
 def _bertjax(args: argparse.Namespace, gin_files: list[str], bindings: list[str],
@@ -207,21 +289,37 @@ def _bertjax(args: argparse.Namespace, gin_files: list[str], bindings: list[str]
 
 
 def same_recipe_optimizer(args: argparse.Namespace) -> list[str]:
-    """transformers' defaults as bertjax's make_optimizer settings (AdamW, linear, no warmup)."""
+    """transformers' defaults as bertjax's make_optimizer settings (AdamW, linear schedule,
+    the run's warmup)."""
     return [f"NUM_STEPS = {args.max_steps}", f"BATCH_SIZE = {args.batch_size}",
             f"make_optimizer.learning_rate = {args.learning_rate}",
-            "make_optimizer.warmup_steps = 0", "make_optimizer.eps = 1e-8",
+            f"make_optimizer.warmup_steps = {args.warmup_steps}", "make_optimizer.eps = 1e-8",
             "make_optimizer.weight_decay = 0.0", "make_optimizer.clip_norm = 1.0",
             f"train.seq_phases = ((1.0, {args.seq_length}),)"]
 
 
-def bert_data(args: argparse.Namespace, train: pathlib.Path, vocab: pathlib.Path,
-              size: int) -> list[str]:
+def corpus_setting(paths: dict[str, pathlib.Path], family: str) -> str:
+    """What bertjax's rows read: the prepared token store where there is one (--prepared),
+    else the training text."""
+    store = paths.get(f"store_{family}")
+    return f"store:{store}" if store is not None else str(paths["train"])
+
+
+def dtype_bindings(args: argparse.Namespace, family: str) -> list[str]:
+    """bfloat16 compute on a GPU (float32 parameters and optimizer, as transformers' bf16
+    mixed precision keeps them); the models' float32 default on the CPU."""
+    if args.device != "gpu":
+        return []
+    return [f"{family}_config.dtype = 'bfloat16'"]
+
+
+def bert_data(args: argparse.Namespace, paths: dict[str, pathlib.Path], size: int
+              ) -> list[str]:
     return [f"bert_config.vocab_size = {size}",
             f"bert_config.max_position_embeddings = {args.seq_length}",
-            f"bert_pretraining_source.corpus = '{train}'",
+            f"bert_pretraining_source.corpus = '{corpus_setting(paths, 'bert')}'",
             f"bert_pretraining_source.corpus_format = '{args.corpus_format}'",
-            f"bert_pretraining_source.vocab = '{vocab}'",
+            f"bert_pretraining_source.vocab = '{paths['wordpiece']}'",
             f"bert_pretraining_source.vocab_size = {size}",
             f"bert_pretraining_source.seed = {args.seed}"]
 
@@ -247,7 +345,7 @@ def best_row(args: argparse.Namespace, paths: dict[str, pathlib.Path], out: path
     files = [f"configs/models/bert_{args.bert_size}.gin", "configs/meshes/cpu.gin",
              str(best_gin)]
     bindings = [*best_recipe_bindings(best_gin, args, num_steps),
-                *bert_data(args, paths["train"], paths["wordpiece"], sizes["bert"])]
+                *bert_data(args, paths, sizes["bert"]), *dtype_bindings(args, "bert")]
     return Row("best_recipe", "bertjax, best small-budget recipe", "bert", "run_mlm",
                _bertjax(args, files, bindings, out / "best_recipe"))
 
@@ -267,15 +365,15 @@ def build_rows(args: argparse.Namespace, paths: dict[str, pathlib.Path], out: pa
     bert_models = [f"configs/models/bert_{args.bert_size}.gin", "configs/meshes/cpu.gin"]
     same_bert = [*same_recipe_optimizer(args), "NSP = False", "PACKED_SEQUENCES = 0",
                  "bert_pretraining_source.short_seq_prob = 0.0",
-                 *bert_data(args, train, paths["wordpiece"], sizes["bert"])]
+                 *bert_data(args, paths, sizes["bert"]), *dtype_bindings(args, "bert")]
     gpt_bindings = [*same_recipe_optimizer(args),
                     f"gpt_config.vocab_size = {sizes['gpt']}",
                     f"gpt_config.max_position_embeddings = {args.seq_length}",
-                    f"lm_pretraining_source.corpus = '{train}'",
+                    f"lm_pretraining_source.corpus = '{corpus_setting(paths, 'gpt')}'",
                     f"lm_pretraining_source.corpus_format = '{args.corpus_format}'",
                     f"lm_pretraining_source.vocab = '{paths['bpe']}'",
                     f"lm_pretraining_source.vocab_size = {sizes['gpt']}",
-                    f"lm_pretraining_source.seed = {args.seed}"]
+                    f"lm_pretraining_source.seed = {args.seed}", *dtype_bindings(args, "gpt")]
     gpt_files = [f"configs/models/{args.gpt_size}.gin", "configs/meshes/cpu.gin",
                  "configs/runs/gpt_pretrain.gin"]
     rows = {
@@ -387,6 +485,20 @@ DIFFERENCES = (
 )
 
 
+def differences(args: argparse.Namespace) -> list[str]:
+    """DIFFERENCES, and what a GPU run or a prepared corpus adds."""
+    lines = [line for line in DIFFERENCES if args.device == "cpu" or "host memory" not in line]
+    if args.device == "gpu":
+        lines.append("precision: transformers runs bf16 mixed precision (autocast; float32 "
+                     "weights and optimizer), bertjax bfloat16 compute with float32 "
+                     "parameters, optimizer, softmax, LayerNorm statistics and losses")
+    if args.prepared:
+        lines.append("data: bertjax's rows read token stores built on the preparing host "
+                     "(their tokenizing is off the clock); the peers tokenize the text on "
+                     "theirs (see 'data prepared at' above)")
+    return lines
+
+
 def plot(path: pathlib.Path, rows: list[Row], curves: dict[str, list[tuple[float, float]]],
          budget_s: float) -> None:
     import matplotlib  # noqa: PLC0415
@@ -424,16 +536,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"time_to_quality: error: {out} holds an earlier run: pass a new --out",
               file=sys.stderr)
         return 2
-    train, heldout_lines = split_corpus(pathlib.Path(args.corpus), args.heldout_share,
-                                        args.max_lines, out)
-    paths = {"train": train, **learn_vocabularies(train, args.vocab_size, args.seq_length, out)}
-    paths.update(hf_configs(args, paths, out))
+    if args.prepared:
+        paths, heldout_lines = load_prepared(args)
+    else:
+        paths, heldout_lines = prepare(args, out)
+    if args.prepare_only:
+        write_prepared(args, paths, heldout_lines, out)
+        return 0
     rows, skipped = build_rows(args, paths, out)
-    print(f"corpus {args.corpus}: {len(heldout_lines)} held-out lines; budget "
+    print(f"corpus {args.corpus}: {len(heldout_lines)} held-out lines; {args.device}; budget "
           f"{args.budget_s:.0f} s a row, {args.checkpoints} checkpoints; BERT {args.bert_size}, "
           f"GPT {args.gpt_size}, vocabulary {args.vocab_size}, batch {args.batch_size} x "
           f"{args.seq_length}, lr {args.learning_rate}, linear schedule over {args.max_steps} "
-          f"steps; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}", flush=True)
+          f"steps after {args.warmup_steps} of warmup; {os.cpu_count()} cores; load "
+          f"{os.getloadavg()[0]:.1f}" + (f"; prepared in {args.prepared}" if args.prepared
+                                          else ""), flush=True)
     for line in skipped:
         print(line, flush=True)
     results = {}
@@ -474,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print("  - " + where_the_time_went(row, results[row.key], scoring[row.key]))
     print("what differs from the same work on both sides:")
-    for line in DIFFERENCES:
+    for line in differences(args):
         print(f"  - {line}")
     print(f"csv: {csv_path}\nplot: {plot_path}")
     if args.quick:

@@ -36,6 +36,9 @@ def parse_args(description: str) -> argparse.Namespace:
     p.add_argument("--max_steps", type=int, required=True,
                    help="the linear schedule's length; training also ends there")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cpu: float32 on the CPU; cuda: the GPU with bf16 mixed precision "
+                        "(run_mlm's --bf16, as its users run it on a Hopper GPU)")
     return p.parse_args()
 
 
@@ -113,7 +116,8 @@ def train_on_budget(name: str, args: argparse.Namespace, clock: WallClock, out: 
         output_dir=str(out / "trainer"), per_device_train_batch_size=args.batch_size,
         learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
         max_steps=args.max_steps, seed=args.seed, save_strategy="no", report_to="none",
-        use_cpu=True, disable_tqdm=True, logging_strategy="no")
+        use_cpu=args.device == "cpu", bf16=args.device == "cuda", disable_tqdm=True,
+        logging_strategy="no")
     budget = budget_callback(clock, out, args.budget_s, args.checkpoints,
                              args.batch_size * block)
     trainer = transformers.Trainer(model=model, args=training_args, train_dataset=train,
@@ -122,6 +126,40 @@ def train_on_budget(name: str, args: argparse.Namespace, clock: WallClock, out: 
     trainer.train()
     print(f"{name}: {budget.last[0]} steps in {budget.last[1]:.1f} s; {len(train)} blocks of "
           f"{block}")
+
+
+def text_lines(train_file: str, keep_linebreaks: bool, cache_dir: pathlib.Path) -> Any:
+    """The train file's lines as `datasets.load_dataset("text")` gives them (the scripts'
+    reader); where `datasets` is not installed (a GPU image), the same lines in a list of
+    records, which `map_batched` then tokenizes and groups as `Dataset.map` would."""
+    try:
+        import datasets  # noqa: PLC0415 - on the peer's clock
+    except ImportError:
+        text = pathlib.Path(train_file).read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=keep_linebreaks)
+        return [{"text": line} for line in lines]
+    options = {"keep_linebreaks": True} if keep_linebreaks else {}
+    return datasets.load_dataset("text", data_files={"train": train_file},
+                                 cache_dir=str(cache_dir), **options)["train"]
+
+
+def map_batched(rows: Any, function: Any, remove_columns: tuple[str, ...] = (),
+                batch_size: int = 1000) -> Any:
+    """`rows.map(function, batched=True, remove_columns=...)` for a `datasets.Dataset`; for a
+    list of records the same: batches of 1,000 rows as columns, through `function`, back to
+    records."""
+    if not isinstance(rows, list):
+        return rows.map(function, batched=True, remove_columns=list(remove_columns) or None)
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        columns = {key: [row[key] for row in chunk] for key in chunk[0]}
+        mapped = dict(function(columns))
+        kept = {k: v for k, v in columns.items() if k not in remove_columns and k not in mapped}
+        merged = {**kept, **{k: list(v) for k, v in mapped.items()}}
+        out += [dict(zip(merged, values, strict=True))
+                for values in zip(*merged.values(), strict=True)]
+    return out
 
 
 def write_points(out: pathlib.Path, points: list[dict[str, Any]], first_step_s: float | None,

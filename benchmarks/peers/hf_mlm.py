@@ -11,10 +11,14 @@ at `mlm_probability=0.15` (80% [MASK], 10% random, 10% kept), and `Trainer`.
 Fixed by the comparison (flags): model shape (config.json), sequence length, batch, learning
 rate, warmup, the schedule's length (`--max_steps`), seed. Left at run_mlm's and
 `TrainingArguments`' defaults: AdamW (torch's, betas 0.9/0.999, eps 1e-8), weight decay 0.0,
-gradient clipping at 1.0, the linear schedule, dropout 0.1 (BertConfig's), float32, no
-evaluation during training, one data-loader process, the whole train file tokenized before the
-first step. Only the stop at the wall-clock budget and the checkpoints at wall-time points are
-the benchmark's (benchmarks/peers/hf_budget.py).
+gradient clipping at 1.0, the linear schedule, dropout 0.1 (BertConfig's), float32 (bf16
+mixed precision with `--device=cuda`), no evaluation during training, one data-loader process,
+the whole train file tokenized before the first step. Where `datasets` is not installed (the
+GPU host), the same lines are tokenized and grouped in the same batches in plain lists
+(hf_budget.text_lines, map_batched).
+
+Only the stop at the wall-clock budget and the checkpoints at wall-time points are the
+benchmark's (benchmarks/peers/hf_budget.py).
 """
 
 import time
@@ -35,10 +39,20 @@ def group_texts(examples: dict, block_size: int) -> dict:
             for k, t in joined.items()}
 
 
+def training_blocks(train_file: str, tokenizer: object, block: int, cache_dir: pathlib.Path
+                    ) -> object:
+    """run_mlm's training rows: every line tokenized with its special-tokens mask, the lines
+    grouped into blocks of `block`."""
+    raw = hf_budget.text_lines(train_file, False, cache_dir)
+    tokenized = hf_budget.map_batched(
+        raw, lambda batch: tokenizer(batch["text"], return_special_tokens_mask=True),
+        remove_columns=("text",))
+    return hf_budget.map_batched(tokenized, lambda batch: group_texts(batch, block))
+
+
 def main() -> None:
     args = hf_budget.parse_args(__doc__.splitlines()[0])
-    import datasets  # noqa: PLC0415 - every import on the peer's clock
-    import torch  # noqa: F401, PLC0415
+    import torch  # noqa: F401, PLC0415 - every import on the peer's clock
     import transformers  # noqa: PLC0415
     from transformers import Trainer  # noqa: F401, PLC0415 - its lazy imports, now
 
@@ -46,16 +60,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     clock = hf_budget.WallClock(START)
     transformers.set_seed(args.seed)
-    raw = datasets.load_dataset("text", data_files={"train": args.train_file},
-                                cache_dir=str(out / "datasets_cache"))
     tokenizer = transformers.BertTokenizerFast.from_pretrained(args.tokenizer)
     config = transformers.BertConfig.from_json_file(args.model_config)
     model = transformers.BertForMaskedLM(config)
     block = min(args.seq_length, tokenizer.model_max_length)
-    tokenized = raw["train"].map(
-        lambda batch: tokenizer(batch["text"], return_special_tokens_mask=True),
-        batched=True, remove_columns=["text"])
-    train = tokenized.map(lambda batch: group_texts(batch, block), batched=True)
+    train = training_blocks(args.train_file, tokenizer, block, out / "datasets_cache")
     collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
     clock.data_s = clock.now()
     hf_budget.train_on_budget("hf_mlm", args, clock, out, model, tokenizer, train,

@@ -3,6 +3,8 @@ the ratio lines made from it, the corpus split, the fixed held-out masks, and (e
 the whole --quick run: every row in its own process, one scorer, the CSV and the ratio lines."""
 
 import csv
+import importlib
+import os
 import pathlib
 import re
 import subprocess
@@ -108,3 +110,66 @@ def test_quick_run_scores_every_row_and_prints_the_ratio_lines(tmp_path):
     assert all(float(row["heldout_loss"]) > 0 and 0 <= float(row["heldout_acc"]) <= 1
                for row in table)
     assert (tmp_path / "run" / "curves.png").is_file()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("peer", ["hf_mlm", "hf_clm"])
+def test_the_peers_rows_without_datasets_are_the_datasets_rows(peer, tmp_path, monkeypatch):
+    """The GPU host has no `datasets`: the peers then read, tokenize and group the lines in
+    plain lists, and must give the rows `datasets` gives."""
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("datasets", reason="the reference: the peer's text through datasets")
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks" / "peers"))
+    module = importlib.import_module(peer)
+    train, _ = ttq.split_corpus(shared_file("agnews/unlabelled.txt"), 0.05, 600, tmp_path)
+    vocab = ttq.learn_vocabularies(train, 512, 64, tmp_path)
+    tokenizer = (transformers.BertTokenizerFast.from_pretrained(vocab["hf_wordpiece"])
+                 if peer == "hf_mlm" else
+                 transformers.GPT2TokenizerFast.from_pretrained(vocab["hf_bpe"]))
+    theirs = module.training_blocks(str(train), tokenizer, 64, tmp_path / "cache")
+    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
+    ours = module.training_blocks(str(train), tokenizer, 64, tmp_path / "cache")
+    assert isinstance(ours, list) and len(ours) == len(theirs) > 50
+    assert ours == [dict(row) for row in theirs]
+
+
+SITE_WITHOUT_TENSORFLOW = """import sys
+for name in ("tensorflow", "seqio", "tensorflow_text", "tensorflow_datasets", "datasets"):
+    sys.modules[name] = None  # as on the GPU host: not installed
+"""
+
+
+@pytest.mark.torch
+def test_prepared_rows_run_where_tensorflow_seqio_and_datasets_are_missing(tmp_path):
+    """--prepare_only on this host, then the rows from the prepared directory in processes
+    that cannot import TensorFlow, seqio or datasets (the GPU host's image): bertjax's row
+    trains from the token store, the peer without datasets, and both are scored."""
+    pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate: "
+                                             "pip install -e .[bench]")
+    shared_file("agnews/unlabelled.txt")
+    prepared = tmp_path / "prepared"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/time_to_quality.py", "--quick", "--prepare_only",
+         f"--out={prepared}"], cwd=REPO, env=process_env(), capture_output=True, text=True,
+        timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert (prepared / "store_bert" / "manifest.json").is_file()
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITE_WITHOUT_TENSORFLOW)
+    env = process_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "benchmarks/time_to_quality.py", f"--prepared={prepared}",
+         f"--out={tmp_path}/run", "--rows=run_mlm,same_recipe", "--budget_s=15",
+         "--checkpoints=2", "--batch_size=8", "--max_steps=100", "--eval_rows=16",
+         f"--plot={tmp_path}/run/curves.png"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    out = done.stdout
+    assert done.returncode == 0, (out + done.stderr)[-3000:]
+    assert re.search(r"^ratio time_to_quality same_recipe: \d+\.\d\dx", out, re.M), out
+    assert f"prepared in {prepared}" in out and "BERT tiny" in out, out  # its settings
+    assert "bertjax's rows read token stores built on the preparing host" in out, out
+    with pathlib.Path(tmp_path / "run" / "time_to_quality.csv").open() as f:
+        rows = {row["row"] for row in csv.DictReader(f)}
+    assert rows == {"transformers run_mlm", "bertjax, same recipe"}
