@@ -46,12 +46,14 @@ DEFAULT_BEST_GIN = REPO / "configs" / "runs" / "pretrain_budget.gin"
 DEFAULT_PLOT = REPO / "docs" / "time_to_quality" / "curves.png"
 ROWS = ("run_mlm", "same_recipe", "best_recipe", "run_clm", "gpt_same_recipe")
 DEVICE_DEFAULTS = {  # flags left unset take these
-    "cpu": dict(budget_s=600.0, bert_size="mini", gpt_size="gpt2_tiny", vocab_size=4096,
-                batch_size=32, learning_rate=1e-3, warmup_steps=0, max_steps=2000),
+    "cpu": dict(budget_s=600.0, checkpoints=6, bert_size="mini", gpt_size="gpt2_tiny",
+                vocab_size=4096, batch_size=32, learning_rate=1e-3, warmup_steps=0, max_steps=2000),
     # BERT-base and GPT-2 124M for 3 minutes a side on one GPU: a larger batch, a lower peak
-    # with a short warmup (the CPU recipe's 1e-3 from step 0 is for 4-layer models)
-    "gpu": dict(budget_s=180.0, bert_size="base", gpt_size="gpt2_small", vocab_size=30522,
-                batch_size=64, learning_rate=5e-4, warmup_steps=200, max_steps=4000),
+    # with a short warmup (the CPU recipe's 1e-3 from step 0 is for 4-layer models), and 4
+    # checkpoints (a BERT-base train state is 1.3 GB to save and score)
+    "gpu": dict(budget_s=180.0, checkpoints=4, bert_size="base", gpt_size="gpt2_small",
+                vocab_size=30522, batch_size=64, learning_rate=5e-4, warmup_steps=200,
+                max_steps=4000),
 }
 PREPARED = "prepared.json"  # what --prepare_only writes beside the files it lists
 
@@ -80,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "both sides (transformers' bf16 mixed precision), BERT-base and GPT-2 "
                         "124M; the flags below default per device")
     p.add_argument("--budget_s", type=float, default=None, help="wall-clock seconds per row")
-    p.add_argument("--checkpoints", type=int, default=6, help="checkpoints per row")
+    p.add_argument("--checkpoints", type=int, default=None, help="checkpoints per row")
     p.add_argument("--bert_size", default=None, help="bert_config.size of both BERT sides")
     p.add_argument("--gpt_size", default=None, help="gpt_config.size of both GPT sides")
     p.add_argument("--vocab_size", type=int, default=None,
@@ -546,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, skipped = build_rows(args, paths, out)
     print(f"corpus {args.corpus}: {len(heldout_lines)} held-out lines; {args.device}; budget "
           f"{args.budget_s:.0f} s a row, {args.checkpoints} checkpoints; BERT {args.bert_size}, "
-          f"GPT {args.gpt_size}, vocabulary {args.vocab_size}, batch {args.batch_size} x "
+          f"GPT {args.gpt_size}, vocabulary {args.vocab_size} (learned: "
+          f"{json.loads(paths['sizes'].read_text())}), batch {args.batch_size} x "
           f"{args.seq_length}, lr {args.learning_rate}, linear schedule over {args.max_steps} "
           f"steps after {args.warmup_steps} of warmup; {os.cpu_count()} cores; load "
           f"{os.getloadavg()[0]:.1f}" + (f"; prepared in {args.prepared}" if args.prepared

@@ -90,7 +90,7 @@ def parse(gin_files: list[str], bindings: list[str]) -> None:
     """
     import bertjax.configurables  # noqa: PLC0415 - registers every gin name; imported
     # here, not at the top, so a tool's --help and the tools that parse no gin file start
-    # without the data modules (TensorFlow, seqio: several seconds)
+    # without the models and data modules
     _use_bertjax_configs()
     files = [resolve(f) for f in gin_files]
     try:

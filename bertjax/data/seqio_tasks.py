@@ -10,13 +10,26 @@ Python into tf.data costs hundreds of microseconds per call, more than building 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import seqio
 import tensorflow as tf
 
-from bertjax.data.source import Example, FeatureSpec, parse_split
+# A source's examples and their spec, as bertjax.data.source names them: spelled out again
+# here because that module imports this one.
+Example = dict[str, np.ndarray]
+FeatureSpec = dict[str, tuple[tuple[int, ...], type]]
+_SPLIT = re.compile(r"^train(?:\[(\d+):\])?$")
+
+
+def parse_split(split: str) -> int:
+    """ "train" -> 0, "train[123:]" -> 123 (the first global example index)."""
+    match = _SPLIT.match(split)
+    if match is None:
+        raise ValueError(f"split {split!r} is not 'train' or 'train[N:]'")
+    return int(match.group(1) or 0)
 
 
 class ExampleSource(seqio.DataSource):

@@ -70,7 +70,6 @@ if TYPE_CHECKING:
 Example = dict[str, np.ndarray]
 FeatureSpec = dict[str, tuple[tuple[int, ...], type]]
 STORE_PREFIX = "store:"  # corpus "store:PATH": a token store built by bertjax-prepare
-_SPLIT = re.compile(r"^train(?:\[(\d+):\])?$")
 
 
 class DataError(ValueError):
@@ -106,12 +105,6 @@ def stream_documents(corpus: str, corpus_format: str = "bert", text_key: str = "
     return corpora.iter_documents([p for p in corpus.split(",") if p], corpus_format)
 
 
-def parse_split(split: str) -> int:
-    """ "train" -> 0, "train[123:]" -> 123 (the first global example index)."""
-    match = _SPLIT.match(split)
-    if match is None:
-        raise ValueError(f"split {split!r} is not 'train' or 'train[N:]'")
-    return int(match.group(1) or 0)
 
 
 class Source:

@@ -173,3 +173,38 @@ def test_prepared_rows_run_where_tensorflow_seqio_and_datasets_are_missing(tmp_p
     with pathlib.Path(tmp_path / "run" / "time_to_quality.csv").open() as f:
         rows = {row["row"] for row in csv.DictReader(f)}
     assert rows == {"transformers run_mlm", "bertjax, same recipe"}
+
+
+def test_gpu_rows_compute_in_bfloat16_on_cuda_from_the_prepared_stores(tmp_path, monkeypatch):
+    """--device=gpu: BERT-base and GPT-2 124M, the peers on CUDA with bf16, bertjax's rows
+    reading the prepared stores in bfloat16 (the bindings parse and give that model)."""
+    import gin
+
+    from bertjax.cli import gin_utils
+
+    monkeypatch.chdir(REPO)
+    args = ttq.parse_args(["--device=gpu", f"--prepared={tmp_path}",
+                           "--rows=run_mlm,same_recipe,run_clm,gpt_same_recipe"])
+    assert (args.bert_size, args.gpt_size, args.budget_s) == ("base", "gpt2_small", 180.0)
+    (tmp_path / "sizes.json").write_text('{"bert": 30000, "gpt": 32000}')
+    paths = {key: tmp_path / key for key in ("train", "wordpiece", "bpe", "hf_wordpiece",
+                                             "hf_bpe", "bert", "gpt", "store_bert",
+                                             "store_gpt")}
+    paths["sizes"] = tmp_path / "sizes.json"
+    rows, _ = ttq.build_rows(args, paths, tmp_path / "out")
+    commands = {row.key: row.command for row in rows}
+    assert "--device=cuda" in commands["run_mlm"] and "--device=cuda" in commands["run_clm"]
+    for key, family, store in (("same_recipe", "bert", "store_bert"),
+                               ("gpt_same_recipe", "gpt", "store_gpt")):
+        files = [a.split("=", 1)[1] for a in commands[key] if a.startswith("--gin_file=")]
+        bindings = [a.split("=", 1)[1] for a in commands[key]
+                    if a.startswith("--gin_binding=")]
+        assert f"store:{tmp_path / store}" in " ".join(bindings)
+        try:
+            gin_utils.parse(files, bindings)
+            config = gin.get_configurable(f"{family}_config")()
+        finally:
+            gin.clear_config()
+        transformer = config.transformer
+        assert (transformer.num_layers, transformer.hidden_size) == (12, 768)
+        assert transformer.compute_dtype == "bfloat16", transformer.compute_dtype
