@@ -102,6 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the best recipe's schedule length when its file leaves NUM_STEPS "
                         "open (default: the steps the same-recipe row made in the budget, so "
                         "its schedule ends with the budget; --max_steps if under 10)")
+    p.add_argument("--bertjax_binding", action="append", default=[],
+                   help="a gin binding added to every bertjax row, after the row's own (e.g. "
+                        "\"bert_config.attention_impl='xla'\"); repeatable")
     p.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated: {', '.join(ROWS)}")
     p.add_argument("--eval_rows", type=int, default=256, help="held-out rows scored")
     p.add_argument("--out", default="", help="a directory for the runs (default: a temporary one)")
@@ -287,7 +290,7 @@ def _bertjax(args: argparse.Namespace, gin_files: list[str], bindings: list[str]
             f"--budget_s={args.budget_s}", f"--checkpoints={args.checkpoints}",
             f"--tokens_per_step={args.batch_size * args.seq_length}",
             *(f"--gin_file={f}" for f in gin_files),
-            *(f"--gin_binding={b}" for b in [*bindings, *common]))
+            *(f"--gin_binding={b}" for b in [*bindings, *common, *args.bertjax_binding]))
 
 
 def same_recipe_optimizer(args: argparse.Namespace) -> list[str]:

@@ -184,7 +184,8 @@ def test_gpu_rows_compute_in_bfloat16_on_cuda_from_the_prepared_stores(tmp_path,
 
     monkeypatch.chdir(REPO)
     args = ttq.parse_args(["--device=gpu", f"--prepared={tmp_path}",
-                           "--rows=run_mlm,same_recipe,run_clm,gpt_same_recipe"])
+                           "--rows=run_mlm,same_recipe,run_clm,gpt_same_recipe",
+                           "--bertjax_binding=train.log_every = 7"])
     assert (args.bert_size, args.gpt_size, args.budget_s) == ("base", "gpt2_small", 180.0)
     (tmp_path / "sizes.json").write_text('{"bert": 30000, "gpt": 32000}')
     paths = {key: tmp_path / key for key in ("train", "wordpiece", "bpe", "hf_wordpiece",
@@ -200,6 +201,7 @@ def test_gpu_rows_compute_in_bfloat16_on_cuda_from_the_prepared_stores(tmp_path,
         bindings = [a.split("=", 1)[1] for a in commands[key]
                     if a.startswith("--gin_binding=")]
         assert f"store:{tmp_path / store}" in " ".join(bindings)
+        assert bindings[-1] == "train.log_every = 7"  # after the row's own: it wins
         try:
             gin_utils.parse(files, bindings)
             config = gin.get_configurable(f"{family}_config")()
