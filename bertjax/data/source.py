@@ -105,8 +105,6 @@ def stream_documents(corpus: str, corpus_format: str = "bert", text_key: str = "
     return corpora.iter_documents([p for p in corpus.split(",") if p], corpus_format)
 
 
-
-
 class Source:
     """What the training loop consumes (bertjax.training.data_source.DataSource): prepare,
     save, vocab_size, feature_spec, batches, padded_length, corpus_name."""

@@ -104,3 +104,12 @@ def test_wordpiece_in_python_gives_the_tf_data_ids(bert_sample, tmp_path):
     assert tokens.dtype == ours.dtype and lengths.dtype == our_lengths.dtype
     np.testing.assert_array_equal(our_lengths, lengths)
     np.testing.assert_array_equal(ours, tokens)
+
+
+def test_a_seqio_cache_without_tensorflow_is_one_line(bert_sample, tmp_path, monkeypatch):
+    cached = BertPretrainingSource(corpus=str(bert_sample), vocab_size=600, masking="static",
+                                   cache_dir=str(tmp_path / "cache"))
+    monkeypatch.setattr("bertjax.data.bert.source.has_tf_data", lambda: False)
+    with pytest.raises(source.DataError, match=r"cache_dir is a seqio cache, which needs "
+                                               r"TensorFlow and seqio.*token store"):
+        cached.batches(0, 64, 4)

@@ -41,7 +41,14 @@ from bertjax.data.bert.instances import (
 from bertjax.data.bert.masking import SpecialIds, continuation_mask
 from bertjax.data.bert.nsp import Corpus, check_corpus
 from bertjax.data.packing import check_per_row
-from bertjax.data.source import STORE_PREFIX, DataError, Example, FeatureSpec, Source
+from bertjax.data.source import (
+    STORE_PREFIX,
+    DataError,
+    Example,
+    FeatureSpec,
+    Source,
+    has_tf_data,
+)
 from bertjax.data.store.format import Chunk
 from bertjax.files import as_path
 from bertjax.tokenizers.wordpiece import WordPieceVocabulary, learn_vocabulary, write_vocab
@@ -235,6 +242,11 @@ class BertPretrainingSource(Source):
 
     def batches(self, start_index: int, seq_length: int, batch_size: int
                 ) -> Iterator[dict[str, np.ndarray]]:
+        if self.cache_dir and not has_tf_data():
+            raise DataError(f"{self.setting}.cache_dir is a seqio cache, which needs "
+                            "TensorFlow and seqio, and this host has not both: install them "
+                            "(pip install bertjax's requirements) or train from the corpus "
+                            "or a token store (bertjax-prepare)")
         if self.cache_dir:
             self.cache_task(seq_length)  # fail here, in one line, not inside tf.data
         return super().batches(start_index, seq_length, batch_size)
