@@ -138,9 +138,9 @@ def text_lines(train_file: str, keep_linebreaks: bool, cache_dir: pathlib.Path) 
         text = pathlib.Path(train_file).read_text(encoding="utf-8")
         lines = text.splitlines(keepends=keep_linebreaks)
         return [{"text": line} for line in lines]
-    options = {"keep_linebreaks": True} if keep_linebreaks else {}
     return datasets.load_dataset("text", data_files={"train": train_file},
-                                 cache_dir=str(cache_dir), **options)["train"]
+                                 keep_linebreaks=keep_linebreaks,
+                                 cache_dir=str(cache_dir))["train"]
 
 
 def map_batched(rows: Any, function: Any, remove_columns: tuple[str, ...] = (),

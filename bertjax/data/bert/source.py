@@ -242,12 +242,12 @@ class BertPretrainingSource(Source):
 
     def batches(self, start_index: int, seq_length: int, batch_size: int
                 ) -> Iterator[dict[str, np.ndarray]]:
-        if self.cache_dir and not has_tf_data():
-            raise DataError(f"{self.setting}.cache_dir is a seqio cache, which needs "
-                            "TensorFlow and seqio, and this host has not both: install them "
-                            "(pip install bertjax's requirements) or train from the corpus "
-                            "or a token store (bertjax-prepare)")
         if self.cache_dir:
+            if not has_tf_data():
+                raise DataError(f"{self.setting}.cache_dir is a seqio cache, which needs "
+                                "TensorFlow and seqio, and this host has not both: install "
+                                "them (pip install bertjax's requirements) or train from the "
+                                "corpus or a token store (bertjax-prepare)")
             self.cache_task(seq_length)  # fail here, in one line, not inside tf.data
         return super().batches(start_index, seq_length, batch_size)
 
